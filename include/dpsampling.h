@@ -1,0 +1,300 @@
+/*
+ * dpsampling.h - batch-data-parallel sampling communication for tensor-parallel
+ * LLM inference engines.
+ *
+ * With tensor parallelism over tp ranks the LM head leaves every rank with the
+ * logits of the whole padded batch but only its slice of the vocabulary,
+ * [pad_bs*N, V/tp] (N tokens per request: 1 for plain decode, >1 for
+ * speculative verify). dpsampling moves those logits so that each rank samples
+ * only its own pad_bs/tp requests, then gathers the verify results back:
+ *
+ *   dpsSwapBatchVocab           [pad_bs*N, V/tp] -> [pad_bs/tp*N, V]
+ *   dpsGatherVerifyOutputs      3 x int32 [pad_bs/tp, N|1] -> [pad_bs, N|1]
+ *   dpsGatherVerifyLogprobs     fp32 [pad_bs/tp, N] -> [pad_bs, N]
+ *
+ * Conventions (they hold for every function below unless its comment says
+ * otherwise):
+ *  - Every function returns a dpsResult_t. On failure dpsGetLastError() gives a
+ *    message that names the offending argument and its value. Nothing is
+ *    written to any output (pointer out-parameters or device buffers) when a
+ *    call fails its argument checks.
+ *  - Threading: a communicator may be used by one host thread at a time.
+ *    Different communicators are independent. dpsGetLastError() is per thread.
+ *  - Devices: each communicator is bound to one CUDA device (the config's
+ *    cuda_device). Calls switch to that device for their duration and restore
+ *    the caller's current device before returning.
+ *  - Streams: all device work of an operation is enqueued on the stream the
+ *    caller passes, in stream order. Operations never synchronize the host,
+ *    never allocate, and never copy between host and device, so they can be
+ *    captured in a CUDA graph and replayed; a replay reads whatever the input
+ *    buffers hold at replay time.
+ *  - Collectives: every rank of the group must make the same sequence of
+ *    operation calls with the same pad_bs (like NCCL collectives).
+ *  - Outputs are persistent device buffers owned by the communicator, sized
+ *    for max_pad_bs at initialization: every call returns the same pointers,
+ *    and the contents stay valid until the next call of the same operation
+ *    on this communicator (or dpsCommDestroy).
+ *
+ * The header needs neither C++ nor the CUDA or NCCL headers: streams are
+ * passed as cudaStream_t (struct CUstream_st *), NCCL communicators as
+ * ncclComm_t (struct ncclComm *).
+ */
+#ifndef DPSAMPLING_H_
+#define DPSAMPLING_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPS_VERSION_MAJOR 0
+#define DPS_VERSION_MINOR 1
+#define DPS_VERSION_PATCH 0
+#define DPS_VERSION_CODE (DPS_VERSION_MAJOR * 10000 + DPS_VERSION_MINOR * 100 + DPS_VERSION_PATCH)
+
+struct CUstream_st; /* cudaStream_t */
+struct ncclComm;    /* ncclComm_t   */
+
+/* Status codes. */
+typedef enum {
+  dpsSuccess = 0,
+  dpsInvalidArgument = 1, /* a bad value, shape, dtype or pointer; see dpsGetLastError() */
+  dpsInvalidUsage = 2,    /* a call not allowed in the communicator's state (e.g. dtype changed) */
+  dpsUnavailable = 3,     /* the requested backend cannot run on this group */
+  dpsCudaError = 4,       /* a CUDA runtime call failed */
+  dpsNcclError = 5,       /* an NCCL call failed */
+  dpsSystemError = 6,     /* out of host or device memory, or another system failure */
+  dpsTimeout = 7,         /* a peer did not arrive within the timeout; the communicator is unusable */
+  dpsInternalError = 8,
+  dpsNumResults = 9
+} dpsResult_t;
+
+/* Element types of the logits. */
+typedef enum {
+  dpsDtypeUnset = -1, /* "not known yet": fixed later by dpsCommPrepare or the first swap */
+  dpsFloat32 = 0,
+  dpsBfloat16 = 1,
+  dpsFloat16 = 2
+} dpsDataType_t;
+
+/* Transport. dpsBackendAuto picks onesided when every rank of the group is
+ * load/store reachable over NVLink (NCCL's LSA team covers the group) and
+ * nccl otherwise. The environment variable DPSAMPLING_BACKEND (alias:
+ * TOKENSPEED_DP_SAMPLING_BACKEND) overrides the request: see
+ * dpsResolveBackend. */
+typedef enum {
+  dpsBackendAuto = 0,
+  dpsBackendNccl = 1,
+  dpsBackendOnesided = 2
+} dpsBackend_t;
+
+/* Opaque communicator. */
+typedef struct dpsComm* dpsComm_t;
+
+/* Configuration. Always start from DPS_CONFIG_INITIALIZER so that fields added
+ * in later versions get their defaults. */
+typedef struct {
+  size_t size;                /* sizeof(dpsConfig_t); set by the initializer */
+  unsigned int magic;         /* set by the initializer; catches uninitialized configs */
+  int tp_size;                /* ranks in the group, >= 1 */
+  int rank;                   /* this rank, 0 <= rank < tp_size */
+  int max_pad_bs;             /* largest padded batch, a multiple of tp_size, >= 1 */
+  int num_tokens_per_req;     /* N, >= 1 */
+  int64_t vocab_size;         /* V, a multiple of tp_size, >= 1 */
+  dpsDataType_t logits_dtype; /* dtype of the logits, or dpsDtypeUnset */
+  dpsBackend_t backend;       /* requested backend (environment may override) */
+  int cuda_device;            /* CUDA device ordinal, or -1 for the current device */
+  int timeout_ms;             /* onesided: how long a kernel waits for a peer before giving up;
+                                 0 = DPSAMPLING_TIMEOUT_MS from the environment, else 5000 */
+} dpsConfig_t;
+
+#define DPS_CONFIG_MAGIC 0x64707331u
+#define DPS_CONFIG_INITIALIZER                                                   \
+  {                                                                              \
+    sizeof(dpsConfig_t), DPS_CONFIG_MAGIC, 0, 0, 0, 1, 0, dpsDtypeUnset,         \
+        dpsBackendAuto, -1, 0                                                    \
+  }
+
+/* ------------------------------------------------------------------------- */
+/* Errors and versions                                                        */
+
+/* Name of a status code, e.g. "dpsInvalidArgument". Never NULL. */
+const char* dpsGetErrorString(dpsResult_t result);
+
+/* Message of the most recent failing call on this thread ("" if none). The
+ * string is owned by the library and valid until the next call on this
+ * thread. */
+const char* dpsGetLastError(void);
+
+/* DPS_VERSION_CODE of the library actually loaded. */
+dpsResult_t dpsGetVersion(int* version);
+
+/* Names: "auto", "nccl", "onesided"; "fp32", "bf16", "fp16", "unset". */
+const char* dpsBackendName(dpsBackend_t backend);
+const char* dpsDataTypeName(dpsDataType_t dtype);
+/* Bytes per element: 4, 2, 2; 0 for dpsDtypeUnset or an invalid value. */
+size_t dpsDataTypeSize(dpsDataType_t dtype);
+
+/* ------------------------------------------------------------------------- */
+/* Configuration checks and backend resolution (host only, no GPU needed)     */
+
+/* Checks a configuration with the rules every creation applies (tp_size >= 1,
+ * 0 <= rank < tp_size, max_pad_bs >= 1 and divisible by tp_size, N >= 1,
+ * vocab_size >= 1 and divisible by tp_size, valid dtype/backend, sizes whose
+ * byte counts fit in 64 bits). Does not touch the GPU. */
+dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
+
+/* Resolves a requested backend against the environment and the availability
+ * of the one-sided transport, exactly as creation does:
+ *  - If DPSAMPLING_BACKEND or TOKENSPEED_DP_SAMPLING_BACKEND is set (and not
+ *    empty) its value ("auto", "nccl" or "onesided") replaces `requested`.
+ *    Another value is dpsInvalidArgument naming the variable; both set to
+ *    different values is dpsInvalidArgument naming both.
+ *  - auto -> onesided if onesided_available, else nccl.
+ *  - onesided when !onesided_available -> dpsUnavailable, with a message that
+ *    says how to fall back (request auto or nccl, or set DPSAMPLING_BACKEND).
+ * Writes *resolved only on success. */
+dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
+                              dpsBackend_t* resolved);
+
+/* Parses "auto" | "nccl" | "onesided" (exact, lower case). */
+dpsResult_t dpsParseBackend(const char* name, dpsBackend_t* backend);
+
+/* Whether the one-sided transport can run between the given local CUDA
+ * devices: every pair has peer access (NVLink load/store). Writes 0 when no
+ * GPU is present. This is a quick local check; creation decides with NCCL's
+ * LSA team, which is authoritative. */
+dpsResult_t dpsOnesidedAvailableOnDevices(const int* cuda_devices, int count, int* available);
+
+/* ------------------------------------------------------------------------- */
+/* Bootstrap                                                                  */
+
+/* Opaque bootstrap token (an ncclUniqueId inside). Made by one rank with
+ * dpsGetUniqueId, then sent by the caller to every rank (any out-of-band
+ * channel: it is plain bytes). */
+typedef struct {
+  char internal[128];
+} dpsUniqueId;
+
+dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
+
+/* Collective over the group: every rank calls it with the same id, its own
+ * config->rank, and the same tp_size, max_pad_bs, num_tokens_per_req,
+ * vocab_size and backend. Creates the library's own NCCL communicator
+ * (destroyed by dpsCommDestroy), resolves the backend and allocates every
+ * persistent buffer (those that depend on the logits dtype only if it is
+ * known). Blocks the host until the group has joined. */
+dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
+                            const dpsConfig_t* config);
+
+/* Like dpsCommInitRank over an NCCL communicator the caller owns. It must
+ * span exactly the group (ncclCommCount == tp_size, ncclCommUserRank ==
+ * rank) on cuda_device. The communicator is borrowed: dpsampling never
+ * destroys it; the caller keeps it alive until after dpsCommDestroy. The
+ * onesided backend registers a symmetric window on it (collective). */
+dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
+                                const dpsConfig_t* config);
+
+/* Waits for all device work queued on the communicator's device, then frees
+ * every buffer (and the NCCL communicator if the library created it). All
+ * ranks should destroy together: the onesided backend deregisters a symmetric
+ * window, which is collective. NULL is a no-op. */
+dpsResult_t dpsCommDestroy(dpsComm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Queries                                                                    */
+
+typedef struct {
+  int tp_size, rank, max_pad_bs, num_tokens_per_req;
+  int64_t vocab_size;
+  dpsDataType_t logits_dtype;     /* dpsDtypeUnset until fixed */
+  dpsBackend_t requested_backend; /* as passed in the config */
+  dpsBackend_t backend;           /* resolved: dpsBackendNccl or dpsBackendOnesided */
+  int cuda_device;
+  int initialized;                /* 1 once every persistent buffer exists */
+  int timeout_ms;                 /* effective one-sided timeout */
+} dpsCommInfo_t;
+
+dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
+
+/* Asynchronous error state, in the style of ncclCommGetAsyncError: does not
+ * synchronize. *async_error is dpsSuccess, or dpsTimeout once a one-sided
+ * kernel gave up waiting for a peer (dpsGetLastError() then names the peer
+ * and the operation). A communicator in error fails every later operation
+ * with the same status; destroy it and create a new one. */
+dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
+
+/* ------------------------------------------------------------------------- */
+/* Operations                                                                 */
+
+/* Fixes the logits dtype if it is still unset and allocates the buffers that
+ * depend on it (collective when it allocates; do it outside graph capture).
+ * If the dtype is already fixed (at creation, by an earlier prepare, or by the
+ * first swap) this is a no-op that succeeds whatever dtype is passed: the
+ * communicator keeps its dtype. */
+dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
+
+/* swap_batch_vocab.
+ * local_logits: device pointer, row-major contiguous [rows, cols] of `dtype`
+ *   with rows == pad_bs*N and cols == V/tp; 16-byte alignment gives the
+ *   fastest path.
+ * pad_bs: 1 <= pad_bs <= max_pad_bs, divisible by tp_size.
+ * *output: set to the persistent buffer, row-major [pad_bs/tp*N, V]; row
+ *   local_req*N+d holds global request rank*pad_bs/tp+local_req at draft
+ *   position d, columns in vocabulary order.
+ * If the communicator's dtype is unset, the first swap fixes it (and
+ * allocates, which must happen outside graph capture); a later swap with a
+ * different dtype is dpsInvalidUsage. */
+dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* local_logits, int64_t rows,
+                              int64_t cols, dpsDataType_t dtype, int pad_bs, void** output,
+                              struct CUstream_st* stream);
+
+/* gather_verify_outputs.
+ * predict, accept_index: int32 [reqs, n]; accept_length: int32 [reqs], with
+ *   reqs == pad_bs/tp_size and n == num_tokens_per_req.
+ * Outputs (persistent): predict_out, accept_index_out int32 [pad_bs, N];
+ *   accept_length_out int32 [pad_bs]. Row r from rank src lands at
+ *   src*reqs + r. */
+dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
+                                   const int32_t* accept_index, const int32_t* accept_length,
+                                   int64_t reqs, int64_t n, int pad_bs, int32_t** predict_out,
+                                   int32_t** accept_index_out, int32_t** accept_length_out,
+                                   struct CUstream_st* stream);
+
+/* gather_verify_logprobs: fp32 [reqs, n] -> persistent fp32 [pad_bs, N]. */
+dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64_t reqs,
+                                    int64_t n, int pad_bs, float** output,
+                                    struct CUstream_st* stream);
+
+/* ------------------------------------------------------------------------- */
+/* Replaceable collectives (nccl backend)                                     */
+
+/* The nccl backend moves data with these two collectives over device buffers;
+ * byte counts are per rank. Both are enqueued on `stream` and must follow
+ * NCCL semantics:
+ *  - all_gather: recvbuf[i*bytes .. (i+1)*bytes) <- rank i's sendbuf.
+ *  - all_to_all: recvbuf[i*bytes ..) <- rank i's sendbuf[rank*bytes ..).
+ * The default table calls NCCL on the communicator's NCCL communicator.
+ * A replacement (e.g. to count calls, or to route through an engine's own
+ * communication layer) must keep these semantics; it is called from the
+ * operation's host thread, during capture when the operation is captured.
+ * gather_verify_outputs calls all_gather exactly once per call. */
+typedef struct {
+  void* ctx;
+  dpsResult_t (*all_gather)(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+                            struct CUstream_st* stream);
+  dpsResult_t (*all_to_all)(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+                            struct CUstream_st* stream);
+} dpsCollectives_t;
+
+/* Installs `table` (copied; NULL restores NCCL). A NULL function pointer in
+ * the table means "use NCCL for this one". Not a collective. */
+dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPSAMPLING_H_ */

@@ -1,0 +1,475 @@
+/* Communicator lifecycle and the public operations: argument checks shared by
+ * every backend, then dispatch to comm->ops. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DPS_DEFAULT_TIMEOUT_MS 5000
+
+/* ---- devices ------------------------------------------------------------- */
+dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device) {
+  g->switched = 0;
+  DPS_CUDA_CHECK(cudaGetDevice(&g->prev));
+  if (g->prev != device) {
+    DPS_CUDA_CHECK(cudaSetDevice(device));
+    g->switched = 1;
+  }
+  return dpsSuccess;
+}
+
+void dpsDeviceLeave(dpsDeviceGuard* g) {
+  if (g->switched) (void)cudaSetDevice(g->prev);
+}
+
+dpsResult_t dpsOnesidedAvailableOnDevices(const int* devs, int count, int* available) {
+  if (available == NULL)
+    return dpsSetError(dpsInvalidArgument, "dpsOnesidedAvailableOnDevices: available is NULL");
+  if (devs == NULL || count < 1)
+    return dpsSetError(dpsInvalidArgument,
+                       "dpsOnesidedAvailableOnDevices: cuda_devices=%p count=%d (need >= 1 device)",
+                       (const void*)devs, count);
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError(); /* no driver / no GPU: not available, not an error */
+    *available = 0;
+    return dpsSuccess;
+  }
+  for (int i = 0; i < count; ++i)
+    if (devs[i] < 0 || devs[i] >= n)
+      return dpsSetError(dpsInvalidArgument, "cuda_devices[%d]=%d is not one of the %d devices", i,
+                         devs[i], n);
+  int ok = 1;
+  for (int i = 0; i < count && ok; ++i)
+    for (int j = 0; j < count && ok; ++j) {
+      if (devs[i] == devs[j]) continue;
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, devs[i], devs[j]) != cudaSuccess || !can) ok = 0;
+    }
+  *available = ok;
+  return dpsSuccess;
+}
+
+/* ---- bootstrap ----------------------------------------------------------- */
+dpsResult_t dpsGetUniqueId(dpsUniqueId* id) {
+  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsGetUniqueId: unique_id is NULL");
+  _Static_assert(sizeof(ncclUniqueId) <= sizeof(dpsUniqueId), "dpsUniqueId too small");
+  ncclUniqueId nid;
+  DPS_NCCL_CHECK(ncclGetUniqueId(&nid));
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, &nid, sizeof nid);
+  return dpsSuccess;
+}
+
+static int envTimeoutMs(void) {
+  const char* v = getenv("DPSAMPLING_TIMEOUT_MS");
+  if (v == NULL || v[0] == '\0') return -1;
+  char* end = NULL;
+  long ms = strtol(v, &end, 10);
+  if (*end != '\0' || ms <= 0 || ms > 24L * 3600 * 1000) return -2;
+  return (int)ms;
+}
+
+/* Every rank must agree on the shape and the backend, or the first
+ * collective would hang or corrupt: compare them once, at creation. */
+static dpsResult_t checkGroupAgreement(dpsComm_t comm) {
+  enum { K = 6 };
+  const int tp = comm->config.tp_size;
+  int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
+                     comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
+                     (int64_t)comm->backend, comm->timeout_ms};
+  static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
+                                 "logits_dtype", "backend", "timeout_ms"};
+  if (tp == 1) return dpsSuccess;
+  int64_t* dev = NULL;
+  int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
+  if (all == NULL) return dpsSetError(dpsSystemError, "out of host memory");
+  dpsResult_t res = dpsSuccess;
+  cudaStream_t s = NULL;
+  if (cudaMalloc((void**)&dev, sizeof(int64_t) * K * (size_t)(tp + 1)) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    res = dpsSetError(dpsCudaError, "creation: cannot allocate the agreement buffer");
+    goto out;
+  }
+  if (cudaMemcpy(dev + K * tp, mine, sizeof mine, cudaMemcpyHostToDevice) != cudaSuccess) {
+    res = dpsSetError(dpsCudaError, "creation: cudaMemcpy failed");
+    goto out;
+  }
+  ncclResult_t nr = ncclAllGather(dev + K * tp, dev, K * sizeof(int64_t), ncclInt8, comm->nccl, s);
+  if (nr != ncclSuccess) {
+    res = dpsSetError(dpsNcclError, "creation: ncclAllGather failed: %s", ncclGetErrorString(nr));
+    goto out;
+  }
+  if (cudaStreamSynchronize(s) != cudaSuccess ||
+      cudaMemcpy(all, dev, sizeof(int64_t) * K * (size_t)tp, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    res = dpsSetError(dpsCudaError, "creation: agreement exchange failed");
+    goto out;
+  }
+  for (int r = 0; r < tp && res == dpsSuccess; ++r)
+    for (int k = 0; k < K; ++k)
+      if (all[r * K + k] != mine[k]) {
+        if (k == 4)
+          res = dpsSetError(dpsInvalidUsage,
+                            "ranks disagree on the backend: rank %d resolved '%s', rank %d '%s' "
+                            "(check DPSAMPLING_BACKEND on every rank)",
+                            comm->config.rank, dpsBackendName(comm->backend), r,
+                            dpsBackendName((dpsBackend_t)all[r * K + k]));
+        else
+          res = dpsSetError(dpsInvalidArgument,
+                            "ranks disagree: rank %d has %s=%" PRId64 ", rank %d has %s=%" PRId64,
+                            comm->config.rank, names[k], mine[k], r, names[k], all[r * K + k]);
+        break;
+      }
+out:
+  if (s) cudaStreamDestroy(s);
+  cudaFree(dev);
+  free(all);
+  return res;
+}
+
+static void freeComm(dpsComm_t comm) {
+  if (comm == NULL) return;
+  if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
+  if (comm->owns_nccl && comm->nccl) {
+    if (comm->sticky_error) ncclCommAbort(comm->nccl);
+    else ncclCommDestroy(comm->nccl);
+  }
+  free(comm);
+}
+
+static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
+  comm->dtype = dtype;
+  dpsResult_t r = comm->ops->prepare(comm);
+  if (r != dpsSuccess) {
+    comm->dtype = dpsDtypeUnset;
+    return r;
+  }
+  comm->initialized = 1;
+  return dpsSuccess;
+}
+
+static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const dpsConfig_t* config,
+                              int device) {
+  dpsComm_t comm = (dpsComm_t)calloc(1, sizeof *comm);
+  if (comm == NULL) {
+    if (owns) ncclCommDestroy(nccl);
+    return dpsSetError(dpsSystemError, "out of host memory");
+  }
+  comm->config = *config;
+  comm->device = device;
+  comm->nccl = nccl;
+  comm->owns_nccl = owns;
+  comm->dtype = dpsDtypeUnset;
+  comm->config.cuda_device = device;
+
+  dpsResult_t res = dpsSuccess;
+  int env_ms = envTimeoutMs();
+  if (env_ms == -2) {
+    res = dpsSetError(dpsInvalidArgument,
+                      "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
+                      "[1, 86400000]",
+                      getenv("DPSAMPLING_TIMEOUT_MS"));
+    goto fail;
+  }
+  comm->timeout_ms = config->timeout_ms > 0 ? config->timeout_ms
+                     : env_ms > 0           ? env_ms
+                                            : DPS_DEFAULT_TIMEOUT_MS;
+
+  int count = 0, urank = 0;
+  if (ncclCommCount(nccl, &count) != ncclSuccess || ncclCommUserRank(nccl, &urank) != ncclSuccess) {
+    res = dpsSetError(dpsNcclError, "cannot query the NCCL communicator");
+    goto fail;
+  }
+  if (count != config->tp_size || urank != config->rank) {
+    res = dpsSetError(dpsInvalidArgument,
+                      "the NCCL communicator has %d ranks and this is rank %d, but tp_size=%d "
+                      "rank=%d",
+                      count, urank, config->tp_size, config->rank);
+    goto fail;
+  }
+  int reachable = dpsOnesidedReachable(nccl);
+  res = dpsResolveBackend(config->backend, reachable, &comm->backend);
+  if (res != dpsSuccess) goto fail;
+  res = checkGroupAgreement(comm);
+  if (res != dpsSuccess) goto fail;
+
+  comm->ops = comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;
+  res = comm->ops->init(comm);
+  if (res != dpsSuccess) goto fail;
+  if (config->logits_dtype != dpsDtypeUnset) {
+    res = prepareDtype(comm, config->logits_dtype);
+    if (res != dpsSuccess) goto fail;
+  }
+  dpsLog(DPS_LOG_INFO,
+         "rank %d/%d device %d: backend=%s (requested %s, onesided reachable=%d) max_pad_bs=%d "
+         "N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
+         config->rank, config->tp_size, device, dpsBackendName(comm->backend),
+         dpsBackendName(config->backend), reachable, config->max_pad_bs,
+         config->num_tokens_per_req, config->vocab_size, dpsDataTypeName(comm->dtype),
+         comm->timeout_ms, comm->initialized ? "" : " (buffers for the logits dtype deferred)");
+  *out = comm;
+  return dpsSuccess;
+fail:
+  freeComm(comm);
+  return res;
+}
+
+static dpsResult_t resolveDevice(const dpsConfig_t* config, int* device) {
+  if (config->cuda_device >= 0) {
+    *device = config->cuda_device;
+    return dpsSuccess;
+  }
+  DPS_CUDA_CHECK(cudaGetDevice(device));
+  return dpsSuccess;
+}
+
+dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* id, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: comm is NULL");
+  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: unique_id is NULL");
+  DPS_CHECK(dpsConfigCheck(config));
+  int device;
+  DPS_CHECK(resolveDevice(config, &device));
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, device));
+  ncclUniqueId nid;
+  memcpy(&nid, id->internal, sizeof nid);
+  ncclComm_t nccl = NULL;
+  ncclResult_t nr = ncclCommInitRank(&nccl, config->tp_size, nid, config->rank);
+  dpsResult_t res;
+  if (nr != ncclSuccess)
+    res = dpsSetError(dpsNcclError, "ncclCommInitRank(tp_size=%d, rank=%d) failed: %s",
+                      config->tp_size, config->rank, ncclGetErrorString(nr));
+  else
+    res = createComm(comm, nccl, 1, config, device);
+  dpsDeviceLeave(&g);
+  return res;
+}
+
+dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: comm is NULL");
+  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: nccl_comm is NULL");
+  DPS_CHECK(dpsConfigCheck(config));
+  int device;
+  DPS_CHECK(resolveDevice(config, &device));
+  int nccl_dev = -1;
+  if (ncclCommCuDevice(nccl, &nccl_dev) == ncclSuccess && nccl_dev != device)
+    return dpsSetError(dpsInvalidArgument,
+                       "nccl_comm is on CUDA device %d but cuda_device=%d (config or current)",
+                       nccl_dev, device);
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, device));
+  dpsResult_t res = createComm(comm, nccl, 0, config, device);
+  dpsDeviceLeave(&g);
+  return res;
+}
+
+dpsResult_t dpsCommDestroy(dpsComm_t comm) {
+  if (comm == NULL) return dpsSuccess;
+  dpsDeviceGuard g;
+  dpsResult_t res = dpsDeviceEnter(&g, comm->device);
+  if (res != dpsSuccess) return res;
+  /* Queued work may still read or write our buffers: wait for it. */
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    res = dpsSetError(dpsCudaError, "dpsCommDestroy: cudaDeviceSynchronize failed: %s",
+                      cudaGetErrorString(e));
+  if (comm->ops && comm->ops->async_error && !comm->sticky_error &&
+      comm->ops->async_error(comm) != dpsSuccess)
+    comm->sticky_error = dpsTimeout;
+  freeComm(comm);
+  dpsDeviceLeave(&g);
+  return res;
+}
+
+/* ---- queries ------------------------------------------------------------- */
+dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
+  if (comm == NULL || info == NULL)
+    return dpsSetError(dpsInvalidArgument, "dpsCommGetInfo: %s is NULL", comm ? "info" : "comm");
+  info->tp_size = comm->config.tp_size;
+  info->rank = comm->config.rank;
+  info->max_pad_bs = comm->config.max_pad_bs;
+  info->num_tokens_per_req = comm->config.num_tokens_per_req;
+  info->vocab_size = comm->config.vocab_size;
+  info->logits_dtype = comm->dtype;
+  info->requested_backend = comm->config.backend;
+  info->backend = comm->backend;
+  info->cuda_device = comm->device;
+  info->initialized = comm->initialized;
+  info->timeout_ms = comm->timeout_ms;
+  return dpsSuccess;
+}
+
+/* Returns the communicator's error, making an asynchronous one sticky. */
+static dpsResult_t commHealth(dpsComm_t comm) {
+  if (comm->sticky_error) {
+    if (comm->ops->async_error) (void)comm->ops->async_error(comm); /* refresh the message */
+    else dpsSetError((dpsResult_t)comm->sticky_error, "the communicator failed earlier");
+    return (dpsResult_t)comm->sticky_error;
+  }
+  if (comm->ops->async_error) {
+    dpsResult_t r = comm->ops->async_error(comm);
+    if (r != dpsSuccess) {
+      comm->sticky_error = r;
+      return r;
+    }
+  }
+  return dpsSuccess;
+}
+
+dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error) {
+  if (comm == NULL || async_error == NULL)
+    return dpsSetError(dpsInvalidArgument, "dpsCommGetAsyncError: %s is NULL",
+                       comm ? "async_error" : "comm");
+  *async_error = commHealth(comm);
+  return dpsSuccess;
+}
+
+dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommSetCollectives: comm is NULL");
+  if (table == NULL) memset(&comm->coll, 0, sizeof comm->coll);
+  else comm->coll = *table;
+  return dpsSuccess;
+}
+
+/* ---- operations ---------------------------------------------------------- */
+static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
+  const int tp = comm->config.tp_size;
+  if (pad_bs < 1 || pad_bs > comm->config.max_pad_bs || pad_bs % tp != 0)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: pad_bs=%d must be a multiple of tp_size=%d in [1, max_pad_bs=%d]", op,
+                       pad_bs, tp, comm->config.max_pad_bs);
+  return dpsSuccess;
+}
+
+static dpsResult_t checkStream(const char* op, cudaStream_t stream, int* capturing) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(stream, &st);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
+                       cudaGetErrorString(e));
+  *capturing = st != cudaStreamCaptureStatusNone;
+  return dpsSuccess;
+}
+
+dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommPrepare: comm is NULL");
+  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
+    return dpsSetError(dpsInvalidArgument, "prepare_verify_outputs: dtype=%d is not fp32, bf16 or fp16",
+                       (int)dtype);
+  DPS_CHECK(commHealth(comm));
+  if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  dpsResult_t r = prepareDtype(comm, dtype);
+  dpsDeviceLeave(&g);
+  return r;
+}
+
+dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int64_t cols,
+                              dpsDataType_t dtype, int pad_bs, void** output, cudaStream_t stream) {
+  static const char* op = "swap_batch_vocab";
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
+  if (in == NULL) return dpsSetError(dpsInvalidArgument, "%s: local_logits is NULL", op);
+  if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
+  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
+    return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
+                       dpsDataTypeName(dtype), (int)dtype);
+  DPS_CHECK(checkPadBs(comm, op, pad_bs));
+  const int64_t want_rows = (int64_t)pad_bs * comm->config.num_tokens_per_req;
+  const int64_t want_cols = comm->config.vocab_size / comm->config.tp_size;
+  if (rows != want_rows || cols != want_cols)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: local_logits is [%" PRId64 ", %" PRId64 "], expected [pad_bs*N, V/tp] = "
+                       "[%d*%d, %" PRId64 "/%d] = [%" PRId64 ", %" PRId64 "]",
+                       op, rows, cols, pad_bs, comm->config.num_tokens_per_req,
+                       comm->config.vocab_size, comm->config.tp_size, want_rows, want_cols);
+  if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
+    return dpsSetError(dpsInvalidUsage,
+                       "%s: local_logits dtype %s differs from the communicator's logits dtype %s, "
+                       "fixed at creation, by prepare or by the first swap",
+                       op, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  DPS_CHECK(commHealth(comm));
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  int capturing = 0;
+  dpsResult_t r = checkStream(op, stream, &capturing);
+  if (r == dpsSuccess && comm->dtype == dpsDtypeUnset) {
+    if (capturing)
+      r = dpsSetError(dpsInvalidUsage,
+                      "%s: the logits dtype is not fixed yet and the first swap allocates; call "
+                      "dpsCommPrepare(%s) or run one swap before capturing a CUDA graph",
+                      op, dpsDataTypeName(dtype));
+    else
+      r = prepareDtype(comm, dtype);
+  }
+  if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
+  dpsDeviceLeave(&g);
+  if (r == dpsSuccess) *output = comm->swap_out;
+  return r;
+}
+
+static dpsResult_t checkVerifyShape(dpsComm_t comm, const char* op, const char* what, int64_t reqs,
+                                    int64_t n, int pad_bs) {
+  const int64_t want_reqs = pad_bs / comm->config.tp_size;
+  if (reqs != want_reqs || n != comm->config.num_tokens_per_req)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: %s is [%" PRId64 ", %" PRId64 "], expected [pad_bs/tp, N] = [%d/%d, %d] "
+                       "= [%" PRId64 ", %d]",
+                       op, what, reqs, n, pad_bs, comm->config.tp_size,
+                       comm->config.num_tokens_per_req, want_reqs, comm->config.num_tokens_per_req);
+  return dpsSuccess;
+}
+
+dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
+                                   const int32_t* accept_index, const int32_t* accept_length,
+                                   int64_t reqs, int64_t n, int pad_bs, int32_t** predict_out,
+                                   int32_t** accept_index_out, int32_t** accept_length_out,
+                                   cudaStream_t stream) {
+  static const char* op = "gather_verify_outputs";
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
+  const void* ins[3] = {predict, accept_index, accept_length};
+  void* outs[3] = {predict_out, accept_index_out, accept_length_out};
+  static const char* in_names[3] = {"predict", "accept_index", "accept_length"};
+  static const char* out_names[3] = {"predict_out", "accept_index_out", "accept_length_out"};
+  for (int i = 0; i < 3; ++i) {
+    if (ins[i] == NULL) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, in_names[i]);
+    if (outs[i] == NULL) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, out_names[i]);
+  }
+  DPS_CHECK(checkPadBs(comm, op, pad_bs));
+  DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
+  DPS_CHECK(commHealth(comm));
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  int capturing = 0;
+  dpsResult_t r = checkStream(op, stream, &capturing);
+  if (r == dpsSuccess)
+    r = comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
+  dpsDeviceLeave(&g);
+  if (r == dpsSuccess) {
+    *predict_out = comm->predict_out;
+    *accept_index_out = comm->accept_index_out;
+    *accept_length_out = comm->accept_length_out;
+  }
+  return r;
+}
+
+dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64_t reqs, int64_t n,
+                                    int pad_bs, float** output, cudaStream_t stream) {
+  static const char* op = "gather_verify_logprobs";
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
+  if (logprobs == NULL) return dpsSetError(dpsInvalidArgument, "%s: logprobs is NULL", op);
+  if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
+  DPS_CHECK(checkPadBs(comm, op, pad_bs));
+  DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
+  DPS_CHECK(commHealth(comm));
+  dpsDeviceGuard g;
+  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  int capturing = 0;
+  dpsResult_t r = checkStream(op, stream, &capturing);
+  if (r == dpsSuccess) r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
+  dpsDeviceLeave(&g);
+  if (r == dpsSuccess) *output = comm->logprobs_out;
+  return r;
+}

@@ -1,0 +1,158 @@
+/* Configuration rules, names, and backend resolution (environment overrides).
+ * Host only: nothing here touches the GPU, so CI tests all of it. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char* dpsBackendName(dpsBackend_t backend) {
+  switch (backend) {
+    case dpsBackendAuto: return "auto";
+    case dpsBackendNccl: return "nccl";
+    case dpsBackendOnesided: return "onesided";
+    default: return "invalid";
+  }
+}
+
+const char* dpsDataTypeName(dpsDataType_t dtype) {
+  switch (dtype) {
+    case dpsDtypeUnset: return "unset";
+    case dpsFloat32: return "fp32";
+    case dpsBfloat16: return "bf16";
+    case dpsFloat16: return "fp16";
+    default: return "invalid";
+  }
+}
+
+size_t dpsDataTypeSize(dpsDataType_t dtype) {
+  switch (dtype) {
+    case dpsFloat32: return 4;
+    case dpsBfloat16:
+    case dpsFloat16: return 2;
+    default: return 0;
+  }
+}
+
+dpsResult_t dpsParseBackend(const char* name, dpsBackend_t* backend) {
+  if (name == NULL || backend == NULL)
+    return dpsSetError(dpsInvalidArgument, "dpsParseBackend: %s is NULL",
+                       name == NULL ? "name" : "backend");
+  static const dpsBackend_t all[] = {dpsBackendAuto, dpsBackendNccl, dpsBackendOnesided};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+    if (strcmp(name, dpsBackendName(all[i])) == 0) {
+      *backend = all[i];
+      return dpsSuccess;
+    }
+  }
+  return dpsSetError(dpsInvalidArgument,
+                     "backend='%s' is not a backend; expected 'auto', 'nccl' or 'onesided'", name);
+}
+
+static int validBackend(dpsBackend_t b) {
+  return b == dpsBackendAuto || b == dpsBackendNccl || b == dpsBackendOnesided;
+}
+static int validDtype(dpsDataType_t d) {
+  return d == dpsDtypeUnset || d == dpsFloat32 || d == dpsBfloat16 || d == dpsFloat16;
+}
+
+dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
+  if (c == NULL) return dpsSetError(dpsInvalidArgument, "config is NULL");
+  if (c->size != sizeof(dpsConfig_t) || c->magic != DPS_CONFIG_MAGIC)
+    return dpsSetError(dpsInvalidArgument,
+                       "config was not initialized with DPS_CONFIG_INITIALIZER "
+                       "(size=%zu, expected %zu; magic=0x%x, expected 0x%x)",
+                       c->size, sizeof(dpsConfig_t), c->magic, DPS_CONFIG_MAGIC);
+  if (c->tp_size < 1) return dpsSetError(dpsInvalidArgument, "tp_size=%d must be >= 1", c->tp_size);
+  if (c->rank < 0 || c->rank >= c->tp_size)
+    return dpsSetError(dpsInvalidArgument, "rank=%d must be in [0, tp_size=%d)", c->rank, c->tp_size);
+  if (c->max_pad_bs < 1 || c->max_pad_bs % c->tp_size != 0)
+    return dpsSetError(dpsInvalidArgument,
+                       "max_pad_bs=%d must be a positive multiple of tp_size=%d", c->max_pad_bs,
+                       c->tp_size);
+  if (c->num_tokens_per_req < 1)
+    return dpsSetError(dpsInvalidArgument, "num_tokens_per_req=%d must be >= 1",
+                       c->num_tokens_per_req);
+  if (c->vocab_size < 1 || c->vocab_size % c->tp_size != 0)
+    return dpsSetError(dpsInvalidArgument,
+                       "vocab_size=%" PRId64 " must be a positive multiple of tp_size=%d",
+                       c->vocab_size, c->tp_size);
+  if (!validDtype(c->logits_dtype))
+    return dpsSetError(dpsInvalidArgument,
+                       "logits_dtype=%d is not dpsFloat32, dpsBfloat16, dpsFloat16 or dpsDtypeUnset",
+                       (int)c->logits_dtype);
+  if (!validBackend(c->backend))
+    return dpsSetError(dpsInvalidArgument,
+                       "backend=%d is not dpsBackendAuto, dpsBackendNccl or dpsBackendOnesided",
+                       (int)c->backend);
+  if (c->cuda_device < -1)
+    return dpsSetError(dpsInvalidArgument, "cuda_device=%d must be a device ordinal or -1",
+                       c->cuda_device);
+  if (c->timeout_ms < 0)
+    return dpsSetError(dpsInvalidArgument, "timeout_ms=%d must be >= 0 (0 = default)",
+                       c->timeout_ms);
+  /* The largest buffer: the full logits [max_pad_bs*N, V] at 4 bytes, plus a
+   * margin for staging. It must fit in 63 bits. */
+  uint64_t elems, bytes;
+  if (!dpsMulOk((uint64_t)c->max_pad_bs, (uint64_t)c->num_tokens_per_req, &elems) ||
+      !dpsMulOk(elems, (uint64_t)c->vocab_size, &elems) || !dpsMulOk(elems, 8, &bytes) ||
+      bytes > (uint64_t)INT64_MAX)
+    return dpsSetError(dpsInvalidArgument,
+                       "max_pad_bs=%d x num_tokens_per_req=%d x vocab_size=%" PRId64
+                       " logits overflow a 64-bit byte count",
+                       c->max_pad_bs, c->num_tokens_per_req, c->vocab_size);
+  return dpsSuccess;
+}
+
+/* Reads one override variable; *set = 0 if unset or empty. */
+static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value) {
+  const char* v = getenv(var);
+  *set = 0;
+  if (v == NULL || v[0] == '\0') return dpsSuccess;
+  if (dpsParseBackend(v, value) != dpsSuccess)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s='%s' is not a backend; expected 'auto', 'nccl' or 'onesided'", var, v);
+  *set = 1;
+  return dpsSuccess;
+}
+
+dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
+                              dpsBackend_t* resolved) {
+  if (resolved == NULL) return dpsSetError(dpsInvalidArgument, "dpsResolveBackend: resolved is NULL");
+  if (!validBackend(requested))
+    return dpsSetError(dpsInvalidArgument,
+                       "requested backend=%d is not dpsBackendAuto, dpsBackendNccl or "
+                       "dpsBackendOnesided",
+                       (int)requested);
+  static const char* const kPrimary = "DPSAMPLING_BACKEND";
+  static const char* const kAlias = "TOKENSPEED_DP_SAMPLING_BACKEND";
+  int set1, set2;
+  dpsBackend_t env1 = dpsBackendAuto, env2 = dpsBackendAuto;
+  DPS_CHECK(readEnvBackend(kPrimary, &set1, &env1));
+  DPS_CHECK(readEnvBackend(kAlias, &set2, &env2));
+  if (set1 && set2 && env1 != env2)
+    return dpsSetError(dpsInvalidArgument, "%s='%s' and %s='%s' disagree; set one of them",
+                       kPrimary, dpsBackendName(env1), kAlias, dpsBackendName(env2));
+  const char* source = "requested";
+  dpsBackend_t want = requested;
+  if (set1) {
+    want = env1;
+    source = kPrimary;
+  } else if (set2) {
+    want = env2;
+    source = kAlias;
+  }
+  if (want == dpsBackendAuto) {
+    *resolved = onesided_available ? dpsBackendOnesided : dpsBackendNccl;
+    return dpsSuccess;
+  }
+  if (want == dpsBackendOnesided && !onesided_available)
+    return dpsSetError(dpsUnavailable,
+                       "backend 'onesided' (%s) is not available: not every rank of the group is "
+                       "load/store reachable over NVLink (NCCL LSA team) or symmetric memory is "
+                       "unsupported; request 'auto' or 'nccl', or set DPSAMPLING_BACKEND=nccl",
+                       source);
+  *resolved = want;
+  return dpsSuccess;
+}

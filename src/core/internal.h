@@ -1,0 +1,127 @@
+/* Internal state shared by the core and the backends. Not installed. */
+#ifndef DPS_INTERNAL_H_
+#define DPS_INTERNAL_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "dpsampling.h"
+#include "layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors (core/error.c) --------------------------------------------- */
+/* Records a printf-style message as this thread's last error; returns res. */
+dpsResult_t dpsSetError(dpsResult_t res, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void dpsClearError(void);
+
+#define DPS_CUDA_CHECK(call)                                                          \
+  do {                                                                                \
+    cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess)                                                            \
+      return dpsSetError(dpsCudaError, "%s failed: %s (%s:%d)", #call,                \
+                         cudaGetErrorString(e_), __FILE__, __LINE__);                 \
+  } while (0)
+
+#define DPS_NCCL_CHECK(call)                                                          \
+  do {                                                                                \
+    ncclResult_t n_ = (call);                                                         \
+    if (n_ != ncclSuccess)                                                            \
+      return dpsSetError(dpsNcclError, "%s failed: %s (%s:%d)", #call,                \
+                         ncclGetErrorString(n_), __FILE__, __LINE__);                 \
+  } while (0)
+
+#define DPS_CHECK(call)                                                               \
+  do {                                                                                \
+    dpsResult_t r_ = (call);                                                          \
+    if (r_ != dpsSuccess) return r_;                                                  \
+  } while (0)
+
+/* ---- logging (core/log.c): DPSAMPLING_DEBUG=INFO|WARN ------------------- */
+enum { DPS_LOG_NONE = 0, DPS_LOG_WARN = 1, DPS_LOG_INFO = 2 };
+int dpsLogLevel(void);
+void dpsLog(int level, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- backends ------------------------------------------------------------ */
+typedef struct dpsBackendOps {
+  const char* name;
+  /* At creation, after the core filled in comm: allocate what does not depend
+   * on the logits dtype (verify-output buffers). Collective. */
+  dpsResult_t (*init)(dpsComm_t comm);
+  /* Once comm->dtype is fixed: allocate the dtype-dependent buffers (swap
+   * output) and set comm->swap_out. Collective. */
+  dpsResult_t (*prepare)(dpsComm_t comm);
+  /* Arguments are validated by the core before these are called. */
+  dpsResult_t (*swap)(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream);
+  dpsResult_t (*gather_outputs)(dpsComm_t comm, const int32_t* predict,
+                                const int32_t* accept_index, const int32_t* accept_length,
+                                int pad_bs, cudaStream_t stream);
+  dpsResult_t (*gather_logprobs)(dpsComm_t comm, const float* in, int pad_bs,
+                                 cudaStream_t stream);
+  /* Non-blocking: dpsSuccess or the asynchronous error (message set). May be NULL. */
+  dpsResult_t (*async_error)(dpsComm_t comm);
+  /* Frees backend state (device already synchronized). Never fails. */
+  void (*destroy)(dpsComm_t comm);
+} dpsBackendOps;
+
+extern const dpsBackendOps dpsNcclBackendOps;
+extern const dpsBackendOps dpsOnesidedBackendOps;
+
+/* Whether every rank of nccl_comm is in its LSA (load/store) team. */
+int dpsOnesidedReachable(ncclComm_t nccl_comm);
+
+/* ---- the communicator ---------------------------------------------------- */
+struct dpsComm {
+  dpsConfig_t config;     /* as given, validated */
+  dpsBackend_t backend;   /* resolved */
+  dpsDataType_t dtype;    /* fixed logits dtype, or dpsDtypeUnset */
+  int device;             /* CUDA ordinal */
+  int timeout_ms;
+  int initialized;        /* every persistent buffer exists */
+  int sticky_error;       /* a dpsResult_t once the communicator broke */
+
+  ncclComm_t nccl;
+  int owns_nccl;
+
+  dpsCollectives_t coll;  /* NULL members: NCCL */
+
+  const dpsBackendOps* ops;
+  void* backend_state;
+
+  /* Persistent outputs, set by the backend (init / prepare). */
+  void* swap_out;               /* [max_pad_bs/tp*N, V] of dtype */
+  int32_t* predict_out;         /* [max_pad_bs, N] */
+  int32_t* accept_index_out;    /* [max_pad_bs, N] */
+  int32_t* accept_length_out;   /* [max_pad_bs]    */
+  float* logprobs_out;          /* [max_pad_bs, N] */
+};
+
+/* Switches to comm->device, remembering the caller's device. */
+typedef struct {
+  int prev;
+  int switched;
+} dpsDeviceGuard;
+dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device);
+void dpsDeviceLeave(dpsDeviceGuard* g);
+
+/* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
+dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+                             cudaStream_t stream);
+dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+                            cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPS_INTERNAL_H_ */

@@ -1,0 +1,63 @@
+/* Layout math shared by the core, the backends, the kernels, the host
+ * reference used by tests and dps-perf. Plain C, also compiled by nvcc. */
+#ifndef DPS_LAYOUT_H_
+#define DPS_LAYOUT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define DPS_HD __host__ __device__ __forceinline__
+#else
+#define DPS_HD static inline
+#endif
+
+/* Shape of one call. All counts are in elements unless named *_bytes. */
+typedef struct {
+  int tp, rank;
+  int pad_bs;        /* padded batch of this call */
+  int n;             /* tokens per request */
+  int64_t vocab;     /* V */
+  int64_t v_local;   /* V / tp */
+  int reqs;          /* pad_bs / tp: requests owned per rank */
+  size_t esize;      /* logits element size in bytes */
+} dpsShape;
+
+DPS_HD dpsShape dpsMakeShape(int tp, int rank, int pad_bs, int n, int64_t vocab, size_t esize) {
+  dpsShape s;
+  s.tp = tp;
+  s.rank = rank;
+  s.pad_bs = pad_bs;
+  s.n = n;
+  s.vocab = vocab;
+  s.v_local = vocab / tp;
+  s.reqs = pad_bs / tp;
+  s.esize = esize;
+  return s;
+}
+
+/* swap input: [pad_bs*n, v_local] on every rank. Rows destined to rank d are
+ * the contiguous block [d*reqs*n, (d+1)*reqs*n). */
+DPS_HD int64_t dpsSwapRowsPerRank(dpsShape s) { return (int64_t)s.reqs * s.n; }
+
+/* swap output: [reqs*n, vocab]. Element (row, src*v_local + c) comes from
+ * rank src's input element (dst_rank*reqs*n + row, c). */
+DPS_HD int64_t dpsSwapOutElems(dpsShape s) { return dpsSwapRowsPerRank(s) * s.vocab; }
+
+/* Byte size of the chunk one rank sends to one peer in the swap. */
+DPS_HD size_t dpsSwapChunkBytes(dpsShape s) {
+  return (size_t)dpsSwapRowsPerRank(s) * (size_t)s.v_local * s.esize;
+}
+
+/* Verify outputs packed per rank as int32: predict [reqs*n], accept_index
+ * [reqs*n], accept_length [reqs]. */
+DPS_HD int64_t dpsVerifyPackedElems(int reqs, int n) { return (int64_t)reqs * (2 * n + 1); }
+
+/* Overflow-checked product of non-negative sizes; returns 0 on overflow. */
+DPS_HD int dpsMulOk(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > UINT64_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+#endif /* DPS_LAYOUT_H_ */
