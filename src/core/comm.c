@@ -265,8 +265,37 @@ dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dp
   return res;
 }
 
+dpsResult_t dpsCommCreateDetached(dpsComm_t* out, const dpsConfig_t* config, dpsBackend_t backend,
+                                  const dpsBackendOps* ops) {
+  if (out == NULL || ops == NULL)
+    return dpsSetError(dpsInvalidArgument, "dpsCommCreateDetached: %s is NULL", out ? "ops" : "comm");
+  DPS_CHECK(dpsConfigCheck(config));
+  dpsComm_t comm = (dpsComm_t)calloc(1, sizeof *comm);
+  if (comm == NULL) return dpsSetError(dpsSystemError, "out of host memory");
+  comm->config = *config;
+  comm->backend = backend;
+  comm->dtype = dpsDtypeUnset;
+  comm->device = config->cuda_device < 0 ? 0 : config->cuda_device;
+  comm->timeout_ms = config->timeout_ms > 0 ? config->timeout_ms : DPS_DEFAULT_TIMEOUT_MS;
+  comm->detached = 1;
+  comm->ops = ops;
+  dpsResult_t r = ops->init ? ops->init(comm) : dpsSuccess;
+  if (r == dpsSuccess && config->logits_dtype != dpsDtypeUnset)
+    r = prepareDtype(comm, config->logits_dtype);
+  if (r != dpsSuccess) {
+    freeComm(comm);
+    return r;
+  }
+  *out = comm;
+  return dpsSuccess;
+}
+
 dpsResult_t dpsCommDestroy(dpsComm_t comm) {
   if (comm == NULL) return dpsSuccess;
+  if (comm->detached) {
+    freeComm(comm);
+    return dpsSuccess;
+  }
   dpsDeviceGuard g;
   dpsResult_t res = dpsDeviceEnter(&g, comm->device);
   if (res != dpsSuccess) return res;
@@ -334,6 +363,14 @@ dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table)
 }
 
 /* ---- operations ---------------------------------------------------------- */
+/* Switches to the communicator's device and inspects the stream (detached
+ * communicators have neither). */
+static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsDeviceGuard* g,
+                           int* capturing);
+static void opLeave(dpsComm_t comm, dpsDeviceGuard* g) {
+  if (!comm->detached) dpsDeviceLeave(g);
+}
+
 static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
   const int tp = comm->config.tp_size;
   if (pad_bs < 1 || pad_bs > comm->config.max_pad_bs || pad_bs % tp != 0)
@@ -345,12 +382,24 @@ static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
 
 static dpsResult_t checkStream(const char* op, cudaStream_t stream, int* capturing) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  *capturing = 0;
   cudaError_t e = cudaStreamIsCapturing(stream, &st);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
                        cudaGetErrorString(e));
   *capturing = st != cudaStreamCaptureStatusNone;
   return dpsSuccess;
+}
+
+static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsDeviceGuard* g,
+                           int* capturing) {
+  *capturing = 0;
+  g->switched = 0;
+  if (comm->detached) return dpsSuccess;
+  DPS_CHECK(dpsDeviceEnter(g, comm->device));
+  dpsResult_t r = checkStream(op, stream, capturing);
+  if (r != dpsSuccess) dpsDeviceLeave(g);
+  return r;
 }
 
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
@@ -361,9 +410,10 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   DPS_CHECK(commHealth(comm));
   if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
   dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  int capturing;
+  DPS_CHECK(opEnter(comm, "prepare_verify_outputs", NULL, &g, &capturing));
   dpsResult_t r = prepareDtype(comm, dtype);
-  dpsDeviceLeave(&g);
+  opLeave(comm, &g);
   return r;
 }
 
@@ -392,10 +442,10 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        op, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
   DPS_CHECK(commHealth(comm));
   dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
   int capturing = 0;
-  dpsResult_t r = checkStream(op, stream, &capturing);
-  if (r == dpsSuccess && comm->dtype == dpsDtypeUnset) {
+  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  dpsResult_t r = dpsSuccess;
+  if (comm->dtype == dpsDtypeUnset) {
     if (capturing)
       r = dpsSetError(dpsInvalidUsage,
                       "%s: the logits dtype is not fixed yet and the first swap allocates; call "
@@ -405,7 +455,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
       r = prepareDtype(comm, dtype);
   }
   if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
-  dpsDeviceLeave(&g);
+  opLeave(comm, &g);
   if (r == dpsSuccess) *output = comm->swap_out;
   return r;
 }
@@ -441,12 +491,11 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
   DPS_CHECK(commHealth(comm));
   dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
   int capturing = 0;
-  dpsResult_t r = checkStream(op, stream, &capturing);
-  if (r == dpsSuccess)
-    r = comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
-  dpsDeviceLeave(&g);
+  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  dpsResult_t r =
+      comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
+  opLeave(comm, &g);
   if (r == dpsSuccess) {
     *predict_out = comm->predict_out;
     *accept_index_out = comm->accept_index_out;
@@ -465,11 +514,10 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
   DPS_CHECK(commHealth(comm));
   dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
   int capturing = 0;
-  dpsResult_t r = checkStream(op, stream, &capturing);
-  if (r == dpsSuccess) r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
-  dpsDeviceLeave(&g);
+  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  dpsResult_t r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
+  opLeave(comm, &g);
   if (r == dpsSuccess) *output = comm->logprobs_out;
   return r;
 }

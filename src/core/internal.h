@@ -92,6 +92,7 @@ struct dpsComm {
 
   ncclComm_t nccl;
   int owns_nccl;
+  int detached;           /* made by dpsCommCreateDetached: no NCCL, no device */
 
   dpsCollectives_t coll;  /* NULL members: NCCL */
 
@@ -113,6 +114,13 @@ typedef struct {
 } dpsDeviceGuard;
 dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device);
 void dpsDeviceLeave(dpsDeviceGuard* g);
+
+/* For CPU tests and fuzzing of the argument checks: a communicator with the
+ * given resolved backend and ops, no NCCL communicator and no device state.
+ * Operations that pass their checks call `ops`; dpsCommDestroy calls
+ * ops->destroy only. */
+dpsResult_t dpsCommCreateDetached(dpsComm_t* comm, const dpsConfig_t* config, dpsBackend_t backend,
+                                  const dpsBackendOps* ops);
 
 /* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
 dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,

@@ -1,0 +1,235 @@
+/* Operation argument checks shared by every backend, on a detached
+ * communicator whose backend only records what reaches it (no GPU needed):
+ * bad calls fail with a message naming the argument, reach no backend and
+ * write no output; good calls reach the backend once and return the
+ * persistent buffers; dtype locking and sticky asynchronous errors. */
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "internal.h"
+
+static struct {
+  int init, prepare, swap, gather, logprobs, destroy;
+  int last_pad_bs;
+  dpsResult_t fail_with;   /* returned by the next operation, then cleared */
+  dpsResult_t async_error; /* reported by async_error */
+} rec;
+
+static char swap_buf[64], p_buf[64], ai_buf[64], al_buf[64], lp_buf[64];
+
+static dpsResult_t fInit(dpsComm_t c) {
+  rec.init++;
+  c->predict_out = (int32_t*)p_buf;
+  c->accept_index_out = (int32_t*)ai_buf;
+  c->accept_length_out = (int32_t*)al_buf;
+  c->logprobs_out = (float*)lp_buf;
+  return dpsSuccess;
+}
+static dpsResult_t fPrepare(dpsComm_t c) {
+  rec.prepare++;
+  c->swap_out = swap_buf;
+  return dpsSuccess;
+}
+static dpsResult_t opResult(int* counter, int pad_bs) {
+  (*counter)++;
+  rec.last_pad_bs = pad_bs;
+  dpsResult_t r = rec.fail_with;
+  rec.fail_with = dpsSuccess;
+  return r == dpsSuccess ? dpsSuccess : dpsSetError(r, "fake backend failure");
+}
+static dpsResult_t fSwap(dpsComm_t c, const void* in, int pad_bs, cudaStream_t s) {
+  (void)c, (void)in, (void)s;
+  return opResult(&rec.swap, pad_bs);
+}
+static dpsResult_t fGather(dpsComm_t c, const int32_t* p, const int32_t* ai, const int32_t* al,
+                           int pad_bs, cudaStream_t s) {
+  (void)c, (void)p, (void)ai, (void)al, (void)s;
+  return opResult(&rec.gather, pad_bs);
+}
+static dpsResult_t fLogprobs(dpsComm_t c, const float* in, int pad_bs, cudaStream_t s) {
+  (void)c, (void)in, (void)s;
+  return opResult(&rec.logprobs, pad_bs);
+}
+static dpsResult_t fAsync(dpsComm_t c) {
+  (void)c;
+  return rec.async_error == dpsSuccess ? dpsSuccess
+                                       : dpsSetError(rec.async_error, "peer 1 did not arrive");
+}
+static void fDestroy(dpsComm_t c) {
+  (void)c;
+  rec.destroy++;
+}
+static const dpsBackendOps kFake = {"fake", fInit, fPrepare, fSwap, fGather, fLogprobs, fAsync,
+                                    fDestroy};
+
+static dpsConfig_t config(dpsDataType_t dtype) {
+  dpsConfig_t c = DPS_CONFIG_INITIALIZER;
+  c.tp_size = 4;
+  c.rank = 1;
+  c.max_pad_bs = 64;
+  c.num_tokens_per_req = 3;
+  c.vocab_size = 4 * 100;
+  c.logits_dtype = dtype;
+  c.backend = dpsBackendNccl;
+  return c;
+}
+
+static char in_buf[16];
+#define SENTINEL ((void*)0x5eed)
+
+static int testSwapChecks(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK(rec.init == 1 && rec.prepare == 1, "init=%d prepare=%d", rec.init, rec.prepare);
+  void* out = SENTINEL;
+  /* pad_bs: 0, negative, above max, not a multiple of tp */
+  const int bad_pad[] = {0, -4, 68, 6};
+  for (size_t i = 0; i < sizeof bad_pad / sizeof bad_pad[0]; ++i) {
+    char want[64];
+    snprintf(want, sizeof want, "pad_bs=%d", bad_pad[i]);
+    FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, (int64_t)bad_pad[i] * 3, 100, dpsBfloat16,
+                                   bad_pad[i], &out, NULL),
+                 dpsInvalidArgument, want);
+  }
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 8 * 3 + 1, 100, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidArgument, "local_logits is [25, 100]");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 8 * 3, 400, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidArgument, "expected [pad_bs*N, V/tp]");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, NULL, 24, 100, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidArgument, "local_logits is NULL");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsBfloat16, 8, NULL, NULL),
+               dpsInvalidArgument, "output is NULL");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, (dpsDataType_t)7, 8, &out, NULL),
+               dpsInvalidArgument, "dtype=invalid (7)");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsDtypeUnset, 8, &out, NULL),
+               dpsInvalidArgument, "dtype=unset");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsFloat32, 8, &out, NULL),
+               dpsInvalidUsage, "differs from the communicator's logits dtype bf16");
+  FX_CHECK_ERR(dpsSwapBatchVocab(NULL, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidArgument, "comm is NULL");
+  FX_CHECK(out == SENTINEL, "output written on error");
+  FX_CHECK(rec.swap == 0, "backend reached %d times by bad calls", rec.swap);
+  /* good calls, pad_bs changing */
+  const int good[] = {4, 64, 8};
+  for (size_t i = 0; i < 3; ++i) {
+    out = SENTINEL;
+    FX_CHECK_OK(dpsSwapBatchVocab(comm, in_buf, (int64_t)good[i] * 3, 100, dpsBfloat16, good[i],
+                                  &out, NULL));
+    FX_CHECK(out == swap_buf, "output %p is not the persistent buffer", out);
+    FX_CHECK(rec.last_pad_bs == good[i], "backend saw pad_bs=%d", rec.last_pad_bs);
+  }
+  FX_CHECK(rec.swap == 3, "swap reached backend %d times", rec.swap);
+  /* a backend failure propagates and writes nothing */
+  out = SENTINEL;
+  rec.fail_with = dpsNcclError;
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL), dpsNcclError,
+               "fake backend failure");
+  FX_CHECK(out == SENTINEL, "output written on backend failure");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  FX_CHECK(rec.destroy == 1, "destroy called %d times", rec.destroy);
+  return 0;
+}
+
+static int testGatherChecks(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsDtypeUnset);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  int32_t p[4], ai[4], al[4];
+  float lp[4];
+  int32_t *po = SENTINEL, *aio = SENTINEL, *alo = SENTINEL;
+  float* lpo = SENTINEL;
+  /* reqs must be pad_bs/tp = 4, n must be N = 3 */
+  FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, ai, al, 3, 3, 16, &po, &aio, &alo, NULL),
+               dpsInvalidArgument, "predict/accept_index is [3, 3], expected [pad_bs/tp, N]");
+  FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, ai, al, 4, 2, 16, &po, &aio, &alo, NULL),
+               dpsInvalidArgument, "= [4, 3]");
+  FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, ai, NULL, 4, 3, 16, &po, &aio, &alo, NULL),
+               dpsInvalidArgument, "accept_length is NULL");
+  FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, ai, al, 4, 3, 16, &po, NULL, &alo, NULL),
+               dpsInvalidArgument, "accept_index_out is NULL");
+  FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, ai, al, 4, 3, 18, &po, &aio, &alo, NULL),
+               dpsInvalidArgument, "pad_bs=18 must be a multiple of tp_size=4");
+  FX_CHECK_ERR(dpsGatherVerifyLogprobs(comm, lp, 4, 4, 16, &lpo, NULL), dpsInvalidArgument,
+               "logprobs is [4, 4]");
+  FX_CHECK_ERR(dpsGatherVerifyLogprobs(comm, NULL, 4, 3, 16, &lpo, NULL), dpsInvalidArgument,
+               "logprobs is NULL");
+  FX_CHECK(po == SENTINEL && aio == SENTINEL && alo == SENTINEL && lpo == SENTINEL,
+           "outputs written on error");
+  FX_CHECK(rec.gather == 0 && rec.logprobs == 0, "backend reached by bad calls");
+  FX_CHECK_OK(dpsGatherVerifyOutputs(comm, p, ai, al, 4, 3, 16, &po, &aio, &alo, NULL));
+  FX_CHECK(po == (int32_t*)p_buf && aio == (int32_t*)ai_buf && alo == (int32_t*)al_buf,
+           "verify outputs are not the persistent buffers");
+  FX_CHECK_OK(dpsGatherVerifyLogprobs(comm, lp, 1, 3, 4, &lpo, NULL));
+  FX_CHECK(lpo == (float*)lp_buf && rec.last_pad_bs == 4, "logprobs output/pad_bs wrong");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+static int testDtypeLock(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsDtypeUnset);
+  dpsComm_t comm;
+  dpsCommInfo_t info;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(!info.initialized && info.logits_dtype == dpsDtypeUnset && rec.prepare == 0,
+           "dtype unset must defer the swap buffers");
+  FX_CHECK_ERR(dpsCommPrepare(comm, dpsDtypeUnset), dpsInvalidArgument, "dtype=-1");
+  void* out = SENTINEL;
+  FX_CHECK_OK(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsFloat16, 8, &out, NULL));
+  FX_CHECK(rec.prepare == 1 && out == swap_buf, "first swap must prepare once");
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsFloat32)); /* keeps fp16 */
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.initialized && info.logits_dtype == dpsFloat16 && rec.prepare == 1,
+           "prepare after swap changed state: dtype=%s prepares=%d",
+           dpsDataTypeName(info.logits_dtype), rec.prepare);
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidUsage, "local_logits dtype bf16 differs");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+
+  /* prepare first fixes the dtype for the later swap */
+  memset(&rec, 0, sizeof rec);
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsFloat32));
+  FX_CHECK(rec.prepare == 1, "prepare ran %d times", rec.prepare);
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsFloat32, 8, &out, NULL),
+               dpsInvalidUsage, "communicator's logits dtype bf16");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+static int testStickyAsyncError(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  dpsResult_t async = dpsInternalError;
+  FX_CHECK_OK(dpsCommGetAsyncError(comm, &async));
+  FX_CHECK(async == dpsSuccess, "fresh comm reports %s", dpsGetErrorString(async));
+  rec.async_error = dpsTimeout;
+  FX_CHECK_OK(dpsCommGetAsyncError(comm, &async));
+  FX_CHECK(async == dpsTimeout, "async error %s, want dpsTimeout", dpsGetErrorString(async));
+  FX_CHECK(strstr(dpsGetLastError(), "peer 1") != NULL, "message: %s", dpsGetLastError());
+  rec.async_error = dpsSuccess; /* still sticky: the communicator stays broken */
+  void* out = SENTINEL;
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL), dpsTimeout,
+               "");
+  FX_CHECK(out == SENTINEL && rec.swap == 0, "a broken communicator ran an operation");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+int main(void) {
+  int fails = 0;
+  fails += testSwapChecks();
+  fails += testGatherChecks();
+  fails += testDtypeLock();
+  fails += testStickyAsyncError();
+  printf("test_op_checks: %s\n", fails ? "FAILED" : "passed");
+  return fails ? 1 : 0;
+}
