@@ -1,0 +1,538 @@
+#!/usr/bin/env python3
+"""dpsampling vs the torch.distributed path, in one run, on the same GPUs.
+
+For every shape it times, as CUDA-graph replays measured with CUDA events after
+warm-up (the slowest rank counts):
+
+  swap (pad_bs x N x V, logits [pad_bs*N, V/tp] -> [pad_bs/tp*N, V]):
+    torch      all_to_all_single + the permute copy (upstream's nccl path:
+               out = recv.view(tp, reqs*N, v_local).permute(1, 0, 2).reshape(reqs*N, V))
+    torch_a2a  all_to_all_single alone (the floor of that path)
+    nccl       dpsampling.DpSamplingComm(backend="nccl").swap_batch_vocab
+    onesided   dpsampling.DpSamplingComm(backend="onesided").swap_batch_vocab
+  gather (gather_verify_outputs, int32 predict/accept_index [reqs, N] + accept_length [reqs]):
+    torch      pack -> all_gather_into_tensor -> unpack copies
+  logprobs (gather_verify_logprobs, fp32 [reqs, N]):
+    torch      all_gather_into_tensor
+
+Every result is checked: after the eager warm-up (step 1 inputs) and after the
+graph replays (step 2 inputs written into the captured input buffers), the
+outputs of every path must equal the reference built independently on each
+rank, bit for bit. Any difference -> exit status 1.
+
+Run (self-spawning, one process per GPU):
+    PYTHONPATH=build/python python3 bench/compare_torch.py
+or under torchrun:
+    PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/compare_torch.py
+"""
+
+import argparse
+import datetime
+import gc
+import os
+import socket
+import sys
+import traceback
+
+TARGET_SHAPE = (256, 4, 152064, "bf16")
+
+DEFAULT_SWAP = "8x1x64:bf16,8x1x64:fp32,64x1x152064,64x4x152064,256x4x152064,512x4x129280,8x1x129280,128x2x152064"
+DEFAULT_GATHER = "8x1,64x1,256x1,512x1,8x4,64x4,256x4,512x4,8x8,64x8,256x8,512x8"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=0, help="ranks / GPUs (default: all visible GPUs)")
+    p.add_argument("--ops", default="swap,gather,logprobs", help="comma list of swap,gather,logprobs")
+    p.add_argument("--backends", default="nccl,onesided", help="dpsampling backends to time")
+    p.add_argument("--swap-shapes", default=DEFAULT_SWAP, help="PADxNxV[:dtype] comma list (dtype default --dtype)")
+    p.add_argument("--gather-shapes", default=DEFAULT_GATHER, help="PADxN comma list")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--warmup", type=int, default=5, help="eager calls before capture")
+    p.add_argument("--iters", type=int, default=20, help="calls captured into one graph")
+    p.add_argument("--replays", type=int, default=10, help="timed graph replays")
+    p.add_argument("--target", type=float, default=1.05, help="max dpsampling nccl / torch ratio at 256x4x152064 bf16")
+    p.add_argument("--enforce-target", action="store_true", help="exit 3 when the target ratio is missed")
+    p.add_argument("--timeout-s", type=int, default=600, help="NCCL process-group timeout")
+    return p.parse_args(argv)
+
+
+def parse_swap_shapes(text, default_dtype):
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        dt = default_dtype
+        if ":" in item:
+            item, dt = item.split(":", 1)
+        dims = [int(x) for x in item.lower().split("x")]
+        if len(dims) != 3 or min(dims) < 1 or dt not in ("bf16", "fp16", "fp32"):
+            raise SystemExit(f"compare_torch.py: bad swap shape {item!r} (want PADxNxV[:bf16|fp16|fp32])")
+        out.append((dims[0], dims[1], dims[2], dt))
+    return out
+
+
+def parse_gather_shapes(text):
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        dims = [int(x) for x in item.lower().split("x")]
+        if len(dims) != 2 or min(dims) < 1:
+            raise SystemExit(f"compare_torch.py: bad gather shape {item!r} (want PADxN)")
+        out.append((dims[0], dims[1]))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Worker side
+
+
+class Ctx:
+    pass
+
+
+def _torch_dtype(torch, name):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def _time_graph(ctx, fn):
+    """Eager warm-up (returns the last eager output), capture ctx.iters calls, and
+    return a function that replays (timed) and gives (us_per_call_max_over_ranks, out)."""
+    torch, dist = ctx.torch, ctx.dist
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    out = None
+    with torch.cuda.stream(side):
+        for _ in range(max(1, ctx.warmup)):
+            out = fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    eager_out = _clone(torch, out)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ctx.iters):
+            gout = fn()
+    torch.cuda.synchronize()
+
+    def replay():
+        torch.cuda.synchronize()
+        dist.barrier()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        graph.replay()  # untimed: aligns the ranks on the device
+        start.record()
+        for _ in range(ctx.replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        us = start.elapsed_time(end) * 1e3 / (ctx.iters * ctx.replays)
+        t = torch.tensor([us], dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item()), gout
+
+    return eager_out, replay, graph
+
+
+def _clone(torch, out):
+    if isinstance(out, (tuple, list)):
+        return tuple(o.clone() for o in out)
+    return out.clone()
+
+
+def _count_wrong(torch, got, want):
+    if isinstance(want, (tuple, list)):
+        return sum(_count_wrong(torch, g, w) for g, w in zip(got, want))
+    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+        return max(1, want.numel())
+    # bitwise equality (NaN-safe): compare the raw bits
+    gb = got.contiguous().view(torch.uint8)
+    wb = want.contiguous().view(torch.uint8)
+    return int((gb != wb).sum().item())
+
+
+def _sum_over_ranks(ctx, n):
+    t = ctx.torch.tensor([n], dtype=ctx.torch.int64, device=ctx.device)
+    ctx.dist.all_reduce(t)
+    return int(t.item())
+
+
+def _destroy(comm):
+    for name in ("destroy", "close", "shutdown"):
+        f = getattr(comm, name, None)
+        if callable(f):
+            f()
+            return
+
+
+class CommCache:
+    """One DpSamplingComm per backend, kept while consecutive cases share its key.
+    Destruction happens at the same program point on every rank (collective)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.slots = {}
+
+    def get(self, backend, key, max_pad_bs, n, vocab, dtype):
+        cur = self.slots.get(backend)
+        if cur is not None and cur[0] == key:
+            return cur[1]
+        if cur is not None:
+            _destroy(cur[1])
+            self.slots[backend] = None
+            del cur
+            gc.collect()
+        ctx = self.ctx
+        comm = ctx.dps.DpSamplingComm(
+            tp_size=ctx.world,
+            rank=ctx.rank,
+            group=tuple(range(ctx.world)),
+            max_pad_bs=max_pad_bs,
+            num_tokens_per_req=n,
+            vocab_size=vocab,
+            logits_dtype=dtype,
+            backend=backend,
+        )
+        got = getattr(comm, "backend", backend)
+        if got != backend:
+            raise RuntimeError(f"DpSamplingComm(backend={backend!r}) resolved to {got!r}")
+        self.slots[backend] = (key, comm)
+        return comm
+
+    def clear(self):
+        for b in list(self.slots):
+            if self.slots[b] is not None:
+                _destroy(self.slots[b][1])
+            self.slots[b] = None
+        gc.collect()
+
+
+def _swap_local(ctx, src, step, rows, v_local, dtype, salt):
+    torch = ctx.torch
+    g = torch.Generator(device=ctx.device)
+    g.manual_seed(1_000_003 * step + 7919 * src + salt)
+    x = torch.randn(rows, v_local, generator=g, device=ctx.device, dtype=torch.float32)
+    return x.to(dtype)
+
+
+def run_swap(ctx, shape, comms, rows_out):
+    torch, dist = ctx.torch, ctx.dist
+    pad_bs, n, vocab, dt = shape
+    tp, rank = ctx.world, ctx.rank
+    dtype = _torch_dtype(torch, dt)
+    reqs, v_local = pad_bs // tp, vocab // tp
+    salt = (pad_bs * 131 + n * 17 + vocab) % 1_000_000
+
+    def expected(step):
+        parts = [
+            _swap_local(ctx, src, step, pad_bs * n, v_local, dtype, salt)[rank * reqs * n:(rank + 1) * reqs * n]
+            for src in range(tp)
+        ]
+        return torch.cat(parts, dim=1).contiguous()
+
+    local = _swap_local(ctx, rank, 1, pad_bs * n, v_local, dtype, salt).contiguous()
+    step2 = _swap_local(ctx, rank, 2, pad_bs * n, v_local, dtype, salt)
+    want1, want2 = expected(1), expected(2)
+
+    def torch_swap():
+        recv = torch.empty_like(local)
+        dist.all_to_all_single(recv, local)
+        return recv.view(tp, reqs * n, v_local).permute(1, 0, 2).reshape(reqs * n, vocab)
+
+    def torch_a2a():
+        recv = torch.empty_like(local)
+        dist.all_to_all_single(recv, local)
+        return recv
+
+    paths = [("torch", torch_swap), ("torch_a2a", torch_a2a)]
+    for b in ctx.backends:
+        comm = comms.get(b, ("swap", n, vocab, dt), ctx.swap_max_bs[(n, vocab, dt)], n, vocab, dtype)
+        paths.append((b, (lambda c=comm: c.swap_batch_vocab(local, pad_bs=pad_bs))))
+
+    # Capture everything on step-1 inputs, then write step 2 into the captured
+    # input buffer: the replays must read it.
+    prepared = []
+    for name, fn in paths:
+        eager_out, replay, graph = _time_graph(ctx, fn)
+        wrong = 0
+        if name != "torch_a2a":
+            wrong += _count_wrong(torch, eager_out, want1)
+        prepared.append((name, replay, graph, wrong))
+    local.copy_(step2)
+    torch.cuda.synchronize()
+
+    res = {}
+    for name, replay, graph, wrong in prepared:
+        us, out = replay()
+        if name != "torch_a2a":
+            wrong += _count_wrong(torch, out, want2)
+        res[name] = (us, _sum_over_ranks(ctx, wrong))
+    del prepared
+    rows_out.append(("swap", f"{pad_bs}x{n}x{vocab}", dt, (tp - 1) * reqs * n * v_local * local.element_size(), res))
+
+
+def run_gather(ctx, shape, comms, rows_out, which):
+    torch, dist = ctx.torch, ctx.dist
+    pad_bs, n = shape
+    tp, rank = ctx.world, ctx.rank
+    reqs = pad_bs // tp
+    dev = ctx.device
+
+    def inputs(step):
+        base = torch.arange(pad_bs * n, dtype=torch.int32, device=dev).view(pad_bs, n)
+        predict = base * 3 + step
+        accept_index = base * 2 + 1 + step
+        accept_length = torch.arange(pad_bs, dtype=torch.int32, device=dev) * 5 + step
+        logprobs = (base.to(torch.float32) * 0.25 - step).contiguous()
+        return predict, accept_index, accept_length, logprobs
+
+    full1, full2 = inputs(1), inputs(2)
+    sl = slice(rank * reqs, (rank + 1) * reqs)
+    p_in, ai_in, al_in, lp_in = (t[sl].contiguous() for t in full1)
+
+    if which == "gather":
+        want1, want2 = full1[:3], full2[:3]
+
+        def torch_fn():
+            packed = torch.cat([p_in, ai_in, al_in.unsqueeze(1)], dim=1)
+            gathered = torch.empty(pad_bs, 2 * n + 1, dtype=torch.int32, device=dev)
+            dist.all_gather_into_tensor(gathered, packed)
+            return (gathered[:, :n].contiguous(), gathered[:, n:2 * n].contiguous(), gathered[:, 2 * n].contiguous())
+
+        def dps_fn(c):
+            return tuple(c.gather_verify_outputs(p_in, ai_in, al_in, pad_bs=pad_bs))
+
+        nbytes = (tp - 1) * reqs * (2 * n + 1) * 4
+    else:
+        want1, want2 = full1[3], full2[3]
+
+        def torch_fn():
+            out = torch.empty(pad_bs, n, dtype=torch.float32, device=dev)
+            dist.all_gather_into_tensor(out, lp_in)
+            return out
+
+        def dps_fn(c):
+            return c.gather_verify_logprobs(lp_in, pad_bs=pad_bs)
+
+        nbytes = (tp - 1) * reqs * n * 4
+
+    paths = [("torch", torch_fn)]
+    for b in ctx.backends:
+        comm = comms.get(b, ("verify", n), ctx.gather_max_bs[n], n, tp, ctx.torch.bfloat16)
+        paths.append((b, (lambda c=comm: dps_fn(c))))
+
+    prepared = []
+    for name, fn in paths:
+        eager_out, replay, graph = _time_graph(ctx, fn)
+        prepared.append((name, replay, graph, _count_wrong(torch, eager_out, want1)))
+    for dst, src in zip((p_in, ai_in, al_in, lp_in), full2):
+        dst.copy_(src[sl])
+    torch.cuda.synchronize()
+    res = {}
+    for name, replay, graph, wrong in prepared:
+        us, out = replay()
+        wrong += _count_wrong(torch, out, want2)
+        res[name] = (us, _sum_over_ranks(ctx, wrong))
+    del prepared
+    rows_out.append((which, f"{pad_bs}x{n}", "int32" if which == "gather" else "fp32", nbytes, res))
+
+
+def worker_body(rank, world, args, init_method):
+    import torch
+    import torch.distributed as dist
+
+    try:
+        import dpsampling
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit(f"compare_torch.py: rank {rank}: cannot import dpsampling: {e!r}")
+
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    dist.init_process_group(
+        backend="nccl",
+        init_method=init_method,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=args.timeout_s),
+        device_id=device,
+    )
+    ctx = Ctx()
+    ctx.torch, ctx.dist, ctx.dps = torch, dist, dpsampling
+    ctx.rank, ctx.world, ctx.device = rank, world, device
+    ctx.warmup, ctx.iters, ctx.replays = args.warmup, args.iters, args.replays
+    ctx.backends = [b for b in args.backends.split(",") if b]
+    ops = [o for o in args.ops.split(",") if o]
+
+    swap_shapes = [s for s in parse_swap_shapes(args.swap_shapes, args.dtype) if s[0] % world == 0 and s[2] % world == 0]
+    gather_shapes = [s for s in parse_gather_shapes(args.gather_shapes) if s[0] % world == 0]
+    ctx.swap_max_bs, ctx.gather_max_bs = {}, {}
+    for p, n, v, dt in swap_shapes:
+        ctx.swap_max_bs[(n, v, dt)] = max(p, ctx.swap_max_bs.get((n, v, dt), 0))
+    for p, n in gather_shapes:
+        ctx.gather_max_bs[n] = max(p, ctx.gather_max_bs.get(n, 0))
+
+    if rank == 0:
+        names = [torch.cuda.get_device_name(i) for i in range(world)]
+        nccl_v = ".".join(str(x) for x in torch.cuda.nccl.version())
+        print(f"# compare_torch: torch {torch.__version__} (CUDA {torch.version.cuda}), NCCL {nccl_v}, "
+              f"dpsampling {getattr(dpsampling, '__version__', '?')} ({getattr(dpsampling, '__file__', '?')})")
+        print(f"# world {world}: {', '.join(f'[{i}] {n}' for i, n in enumerate(names))}")
+        print(f"# warmup {ctx.warmup} | {ctx.iters} calls per graph x {ctx.replays} replays | times in us per call, "
+              f"max over ranks | env NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}")
+        sys.stdout.flush()
+
+    rows = []
+    comms = CommCache(ctx)
+    if "swap" in ops:
+        for s in swap_shapes:
+            run_swap(ctx, s, comms, rows)
+            if rank == 0:
+                print_row(rows[-1], ctx.backends)
+        comms.clear()
+    for which in ("gather", "logprobs"):
+        if which in ops:
+            for s in gather_shapes:
+                run_gather(ctx, s, comms, rows, which)
+                if rank == 0:
+                    print_row(rows[-1], ctx.backends)
+            comms.clear()
+    torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()
+    return summarize(rows, ctx.backends, args) if rank == 0 else 0
+
+
+_header_printed = [False]
+
+
+def print_row(row, backends):
+    op, shape, dt, nbytes, res = row
+    if not _header_printed[0]:
+        cols = "".join(f" {b + '(us)':>14} {b + '/torch':>14}" for b in backends)
+        print(f"# {'op':>8} {'shape':>14} {'dtype':>6} {'bytes':>11} {'torch(us)':>10} {'a2a(us)':>9}{cols} {'#wrong':>7}")
+        _header_printed[0] = True
+    t = res["torch"][0]
+    a2a = f"{res['torch_a2a'][0]:9.2f}" if "torch_a2a" in res else f"{'-':>9}"
+    cols = ""
+    for b in backends:
+        us = res[b][0]
+        cols += f" {us:14.2f} {us / t:14.3f}"
+    wrong = sum(w for _, w in res.values())
+    print(f"  {op:>8} {shape:>14} {dt:>6} {nbytes:11d} {t:10.2f} {a2a}{cols} {wrong:7d}")
+    if wrong:
+        print("#   ^ WRONG: " + ", ".join(f"{k}: {w}" for k, (_, w) in res.items() if w))
+    sys.stdout.flush()
+
+
+def summarize(rows, backends, args):
+    wrong = sum(w for r in rows for _, w in r[4].values())
+    code = 0
+    p, n, v, dt = TARGET_SHAPE
+    target_row = next((r for r in rows if r[0] == "swap" and r[1] == f"{p}x{n}x{v}" and r[2] == dt), None)
+    print("#")
+    if target_row is not None and "nccl" in target_row[4]:
+        ratio = target_row[4]["nccl"][0] / target_row[4]["torch"][0]
+        ok = ratio <= args.target
+        print(f"# target: dpsampling nccl / torch at {p}x{n}x{v} {dt} = {ratio:.3f} "
+              f"(<= {args.target}: {'met' if ok else 'MISSED'})")
+        if not ok and args.enforce_target:
+            code = 3
+    else:
+        print(f"# target shape {p}x{n}x{v} {dt} with backend nccl not measured")
+    print(f"# wrong elements: {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    if wrong:
+        code = 1
+    print(f"# {'PASSED' if code == 0 else 'FAILED'}")
+    sys.stdout.flush()
+    return code
+
+
+def _spawn_entry(rank, world, args, port, queue):
+    crashed = False
+    try:
+        code = worker_body(rank, world, args, f"tcp://127.0.0.1:{port}")
+    except SystemExit as e:
+        crashed = True
+        code = e.code if isinstance(e.code, int) and e.code else 1
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except Exception:  # noqa: BLE001
+        crashed = True
+        traceback.print_exc()
+        code = 1
+    queue.put((rank, code))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if crashed:
+        # A peer may be stuck in a collective: exiting non-zero makes
+        # torch.multiprocessing terminate the other ranks.
+        os._exit(code)
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    args = parse_args()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    for var in ("DPSAMPLING_BACKEND", "TOKENSPEED_DP_SAMPLING_BACKEND"):
+        if os.environ.get(var):
+            print(f"compare_torch.py: note: ignoring {var}={os.environ[var]} (use --backends)", file=sys.stderr)
+            del os.environ[var]
+    for b in args.backends.split(","):
+        if b and b not in ("nccl", "onesided"):
+            raise SystemExit(f"compare_torch.py: unknown backend {b!r}")
+    for o in args.ops.split(","):
+        if o and o not in ("swap", "gather", "logprobs"):
+            raise SystemExit(f"compare_torch.py: unknown op {o!r}")
+    parse_swap_shapes(args.swap_shapes, args.dtype)
+    parse_gather_shapes(args.gather_shapes)
+
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except Exception as e:  # noqa: BLE001
+        print(f"compare_torch.py: needs torch: {e!r}", file=sys.stderr)
+        return 2
+    try:
+        import dpsampling  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        print(f"compare_torch.py: cannot import the dpsampling Python package ({e!r}).\n"
+              "Build it and put it on the path, e.g. `make build` then PYTHONPATH=build/python, "
+              "or `pip install --no-build-isolation --no-deps .`", file=sys.stderr)
+        return 2
+
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        if local != rank:
+            raise SystemExit("compare_torch.py: single-node only (LOCAL_RANK must equal RANK)")
+        return worker_body(rank, world, args, "env://")
+
+    world = args.world or torch.cuda.device_count()
+    if world < 2 or world > torch.cuda.device_count():
+        print(f"compare_torch.py needs at least 2 GPUs (asked {world}, found {torch.cuda.device_count()})",
+              file=sys.stderr)
+        return 1
+    port = _free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    try:
+        mp.spawn(_spawn_entry, args=(world, args, port, queue), nprocs=world, join=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"compare_torch.py: a rank failed: {e}", file=sys.stderr)
+        return 1
+    codes = {}
+    while not queue.empty():
+        r, c = queue.get()
+        codes[r] = c
+    if len(codes) != world:
+        print(f"compare_torch.py: only ranks {sorted(codes)} reported", file=sys.stderr)
+        return 1
+    return max(codes.values(), key=lambda c: (c != 0, c))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
