@@ -1,0 +1,241 @@
+/* The nccl backend: swap = grouped ncclSend/ncclRecv (the self chunk never
+ * goes through NCCL) + one permute kernel; verify outputs = pack + exactly one
+ * all-gather + unpack; logprobs = one all-gather straight into the output.
+ * Every buffer is allocated at init/prepare for max_pad_bs; the operations
+ * only enqueue work on the caller's stream (graph capturable). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "kernels/nccl_kernels.h"
+
+typedef struct {
+  int32_t* pack_send;  /* [max_reqs*(2N+1)]     */
+  int32_t* pack_recv;  /* [tp*max_reqs*(2N+1)]  */
+  void* staging;       /* [tp][max_reqs*N][V/tp] of dtype: all-to-all receive */
+  size_t staging_bytes;
+  size_t swap_out_bytes;
+} dpsNcclState;
+
+static dpsResult_t nbAlloc(void** p, size_t bytes, const char* what) {
+  cudaError_t e;
+  *p = NULL;
+  if (bytes == 0) bytes = 16;
+  e = cudaMalloc(p, bytes);
+  if (e != cudaSuccess) {
+    *p = NULL;
+    (void)cudaGetLastError();
+    return dpsSetError(e == cudaErrorMemoryAllocation ? dpsSystemError : dpsCudaError,
+                       "nccl backend: cudaMalloc of %s (%zu bytes) failed: %s", what, bytes,
+                       cudaGetErrorString(e));
+  }
+  return dpsSuccess;
+}
+
+static void nbFree(void** p) {
+  if (*p != NULL) (void)cudaFree(*p);
+  *p = NULL;
+}
+
+/* Byte count a*b*c*d, or 0 with an error set on overflow. */
+static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const char* what,
+                           size_t* out) {
+  uint64_t t1, t2, t3;
+  if (!dpsMulOk(a, b, &t1) || !dpsMulOk(t1, c, &t2) || !dpsMulOk(t2, d, &t3) ||
+      t3 > (uint64_t)SIZE_MAX)
+    return dpsSetError(dpsInvalidArgument, "nccl backend: byte count of %s overflows", what);
+  *out = (size_t)t3;
+  return dpsSuccess;
+}
+
+static void nbDestroy(dpsComm_t comm) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  nbFree((void**)&comm->predict_out);
+  nbFree((void**)&comm->accept_index_out);
+  nbFree((void**)&comm->accept_length_out);
+  nbFree((void**)&comm->logprobs_out);
+  nbFree(&comm->swap_out);
+  if (st != NULL) {
+    nbFree((void**)&st->pack_send);
+    nbFree((void**)&st->pack_recv);
+    nbFree(&st->staging);
+    free(st);
+  }
+  comm->backend_state = NULL;
+}
+
+static dpsResult_t nbInit(dpsComm_t comm) {
+  const int tp = comm->config.tp_size;
+  const uint64_t n = (uint64_t)comm->config.num_tokens_per_req;
+  const uint64_t max_bs = (uint64_t)comm->config.max_pad_bs;
+  const uint64_t max_reqs = max_bs / (uint64_t)tp;
+  size_t b_out = 0, b_len = 0, b_send = 0, b_recv = 0;
+  dpsResult_t r;
+  dpsNcclState* st;
+
+  if (comm->backend_state != NULL) return dpsSuccess; /* already initialized */
+  DPS_CHECK(bytesOf(max_bs, n, 4, 1, "verify outputs", &b_out));
+  DPS_CHECK(bytesOf(max_bs, 4, 1, 1, "accept_length output", &b_len));
+  DPS_CHECK(bytesOf(max_reqs, 2 * n + 1, 4, 1, "verify pack buffer", &b_send));
+  DPS_CHECK(bytesOf(max_reqs, 2 * n + 1, 4, (uint64_t)tp, "verify gather buffer", &b_recv));
+
+  st = (dpsNcclState*)calloc(1, sizeof(*st));
+  if (st == NULL) return dpsSetError(dpsSystemError, "nccl backend: out of host memory");
+  comm->backend_state = st;
+
+  if ((r = nbAlloc((void**)&comm->predict_out, b_out, "predict_out")) != dpsSuccess ||
+      (r = nbAlloc((void**)&comm->accept_index_out, b_out, "accept_index_out")) != dpsSuccess ||
+      (r = nbAlloc((void**)&comm->accept_length_out, b_len, "accept_length_out")) !=
+          dpsSuccess ||
+      (r = nbAlloc((void**)&comm->logprobs_out, b_out, "logprobs_out")) != dpsSuccess ||
+      (r = nbAlloc((void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
+      (r = nbAlloc((void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
+    nbDestroy(comm);
+    return r;
+  }
+  return dpsSuccess;
+}
+
+static dpsResult_t nbPrepare(dpsComm_t comm) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  const int tp = comm->config.tp_size;
+  const size_t esize = dpsDataTypeSize(comm->dtype);
+  const uint64_t rows_max =
+      (uint64_t)(comm->config.max_pad_bs / tp) * (uint64_t)comm->config.num_tokens_per_req;
+  const uint64_t vocab = (uint64_t)comm->config.vocab_size;
+  size_t b_out = 0, b_stage = 0;
+  dpsResult_t r;
+
+  if (st == NULL)
+    return dpsSetError(dpsInternalError, "nccl backend: prepare before init");
+  if (esize == 0)
+    return dpsSetError(dpsInternalError, "nccl backend: prepare with dtype=%d unset",
+                       (int)comm->dtype);
+  if (comm->swap_out != NULL && st->staging != NULL) return dpsSuccess; /* already prepared */
+  DPS_CHECK(bytesOf(rows_max, vocab, esize, 1, "swap output", &b_out));
+  /* tp chunks of [rows_max, V/tp]: the same byte count as the output. */
+  DPS_CHECK(bytesOf(rows_max, vocab / (uint64_t)tp, esize, (uint64_t)tp, "swap staging",
+                    &b_stage));
+  if ((r = nbAlloc(&comm->swap_out, b_out, "swap output")) != dpsSuccess) return r;
+  if ((r = nbAlloc(&st->staging, b_stage, "swap staging")) != dpsSuccess) {
+    nbFree(&comm->swap_out);
+    return r;
+  }
+  st->swap_out_bytes = b_out;
+  st->staging_bytes = b_stage;
+  return dpsSuccess;
+}
+
+static dpsResult_t nbSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  const dpsShape s =
+      dpsMakeShape(comm->config.tp_size, comm->config.rank, pad_bs,
+                   comm->config.num_tokens_per_req, comm->config.vocab_size,
+                   dpsDataTypeSize(comm->dtype));
+  const int64_t rows = dpsSwapRowsPerRank(s);
+  const size_t chunk = dpsSwapChunkBytes(s);
+  const char* src = (const char*)in;
+  char* stage;
+  cudaError_t e;
+
+  if (st == NULL || st->staging == NULL || comm->swap_out == NULL || s.esize == 0)
+    return dpsSetError(dpsInternalError, "nccl backend: swap before prepare");
+  stage = (char*)st->staging;
+
+  if (comm->coll.all_to_all != NULL) {
+    /* Replacement collective: full NCCL semantics, self chunk included. */
+    dpsResult_t r = comm->coll.all_to_all(comm->coll.ctx, in, stage, chunk, stream);
+    if (r != dpsSuccess)
+      return dpsSetError(r, "nccl backend: the installed all_to_all (bytes=%zu) returned %s", chunk,
+                         dpsGetErrorString(r));
+    e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, NULL, -1, s.tp, rows, s.v_local,
+                             s.esize, stream);
+  } else {
+    if (s.tp > 1 && chunk > 0) {
+      DPS_NCCL_CHECK(ncclGroupStart());
+      for (int peer = 0; peer < s.tp; ++peer) {
+        ncclResult_t ne;
+        if (peer == s.rank) continue;
+        ne = ncclSend(src + (size_t)peer * chunk, chunk, ncclInt8, peer, comm->nccl, stream);
+        if (ne == ncclSuccess)
+          ne = ncclRecv(stage + (size_t)peer * chunk, chunk, ncclInt8, peer, comm->nccl,
+                        stream);
+        if (ne != ncclSuccess) {
+          (void)ncclGroupEnd();
+          return dpsSetError(dpsNcclError,
+                             "nccl backend: swap ncclSend/ncclRecv with peer=%d failed: %s",
+                             peer, ncclGetErrorString(ne));
+        }
+      }
+      DPS_NCCL_CHECK(ncclGroupEnd());
+    }
+    e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, src + (size_t)s.rank * chunk, s.rank,
+                             s.tp, rows, s.v_local, s.esize, stream);
+  }
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "nccl backend: swap permute launch failed: %s",
+                       cudaGetErrorString(e));
+  return dpsSuccess;
+}
+
+static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv, size_t bytes,
+                                      cudaStream_t stream) {
+  if (comm->coll.all_gather != NULL) {
+    /* A replacement cannot set the message (dpsSetError is internal). */
+    dpsResult_t r = comm->coll.all_gather(comm->coll.ctx, send, recv, bytes, stream);
+    if (r != dpsSuccess)
+      return dpsSetError(r, "nccl backend: the installed all_gather (bytes=%zu) returned %s", bytes,
+                         dpsGetErrorString(r));
+    return dpsSuccess;
+  }
+  return dpsNcclAllGather((void*)comm->nccl, send, recv, bytes, stream);
+}
+
+static dpsResult_t nbGatherOutputs(dpsComm_t comm, const int32_t* predict,
+                                     const int32_t* accept_index, const int32_t* accept_length,
+                                     int pad_bs, cudaStream_t stream) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  const int tp = comm->config.tp_size;
+  const int n = comm->config.num_tokens_per_req;
+  const int reqs = pad_bs / tp;
+  const size_t bytes = (size_t)dpsVerifyPackedElems(reqs, n) * sizeof(int32_t);
+  cudaError_t e;
+
+  if (st == NULL) return dpsSetError(dpsInternalError, "nccl backend: gather before init");
+  e = dpsLaunchVerifyPack(st->pack_send, predict, accept_index, accept_length, reqs, n, stream);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "nccl backend: verify pack launch failed: %s",
+                       cudaGetErrorString(e));
+  DPS_CHECK(nbAllGatherBytes(comm, st->pack_send, st->pack_recv, bytes, stream));
+  e = dpsLaunchVerifyUnpack(comm->predict_out, comm->accept_index_out, comm->accept_length_out,
+                            st->pack_recv, tp, reqs, n, stream);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "nccl backend: verify unpack launch failed: %s",
+                       cudaGetErrorString(e));
+  return dpsSuccess;
+}
+
+static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
+                                      cudaStream_t stream) {
+  const int reqs = pad_bs / comm->config.tp_size;
+  const size_t bytes = (size_t)reqs * (size_t)comm->config.num_tokens_per_req * sizeof(float);
+  if (comm->logprobs_out == NULL)
+    return dpsSetError(dpsInternalError, "nccl backend: gather before init");
+  /* [tp][reqs, N] of the gather is exactly [pad_bs, N] with row src*reqs + r. */
+  return nbAllGatherBytes(comm, in, comm->logprobs_out, bytes, stream);
+}
+
+static dpsResult_t nbAsyncError(dpsComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  if (comm->nccl == NULL) return dpsSuccess;
+  if (ncclCommGetAsyncError(comm->nccl, &async) != ncclSuccess) return dpsSuccess;
+  if (async != ncclSuccess && async != ncclInProgress)
+    return dpsSetError(dpsNcclError, "nccl backend: NCCL communicator async error: %s",
+                       ncclGetErrorString(async));
+  return dpsSuccess;
+}
+
+const dpsBackendOps dpsNcclBackendOps = {
+    "nccl",          nbInit,           nbPrepare,    nbSwap,
+    nbGatherOutputs, nbGatherLogprobs, nbAsyncError, nbDestroy,
+};

@@ -1,0 +1,44 @@
+/* Launchers of the nccl backend's kernels (swap_permute.cu, verify_pack.cu).
+ * Plain C prototypes; every launcher only enqueues on `stream` and returns the
+ * launch status (cudaGetLastError after the launch). */
+#ifndef DPS_NCCL_KERNELS_H_
+#define DPS_NCCL_KERNELS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Swap permute. For every output row (0 <= row < rows) and source rank s:
+ *   out[row][s*v_local + c] = src_s[row][c]      (0 <= c < v_local)
+ * where src_s = self_in        (rows contiguous rows of v_local) when s == self_rank,
+ *       src_s = staging + s*chunk_bytes          otherwise.
+ * Pass self_rank = -1 to take every chunk (including the caller's) from staging.
+ * Element size esize in bytes (2 or 4); picks 16/8/4/2-byte vectors from the
+ * alignment of every pointer and row pitch. */
+cudaError_t dpsLaunchSwapPermute(void* out, const void* staging, size_t chunk_bytes,
+                                 const void* self_in, int self_rank, int tp, int64_t rows,
+                                 int64_t v_local, size_t esize, cudaStream_t stream);
+
+/* Packs int32 predict [reqs*n], accept_index [reqs*n], accept_length [reqs]
+ * into packed [reqs*(2n+1)] in that order. */
+cudaError_t dpsLaunchVerifyPack(int32_t* packed, const int32_t* predict,
+                                const int32_t* accept_index, const int32_t* accept_length,
+                                int reqs, int n, cudaStream_t stream);
+
+/* Unpacks the all-gathered [tp][reqs*(2n+1)] into predict_out / accept_index_out
+ * [tp*reqs, n] and accept_length_out [tp*reqs]; rank src's row r lands at
+ * src*reqs + r. */
+cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_out,
+                                  int32_t* accept_length_out, const int32_t* gathered,
+                                  int tp, int reqs, int n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPS_NCCL_KERNELS_H_ */

@@ -1,0 +1,82 @@
+/* Pack / unpack of the verify outputs around the single all-gather of the nccl
+ * backend. Packed per rank as int32: predict [reqs*n], accept_index [reqs*n],
+ * accept_length [reqs] (dpsVerifyPackedElems). */
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "nccl_kernels.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void verifyPackKernel(int32_t* __restrict__ packed, const int32_t* __restrict__ predict,
+                                 const int32_t* __restrict__ accept_index,
+                                 const int32_t* __restrict__ accept_length, int64_t rn,
+                                 int64_t total) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int32_t v;
+    if (i < rn)
+      v = predict[i];
+    else if (i < 2 * rn)
+      v = accept_index[i - rn];
+    else
+      v = accept_length[i - 2 * rn];
+    packed[i] = v;
+  }
+}
+
+__global__ void verifyUnpackKernel(int32_t* __restrict__ predict_out,
+                                   int32_t* __restrict__ accept_index_out,
+                                   int32_t* __restrict__ accept_length_out,
+                                   const int32_t* __restrict__ gathered, int reqs, int64_t rn,
+                                   int64_t packed, int64_t total) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t src = i / packed;
+    const int64_t j = i - src * packed;
+    const int32_t v = gathered[i];
+    if (j < rn)
+      predict_out[src * rn + j] = v;
+    else if (j < 2 * rn)
+      accept_index_out[src * rn + (j - rn)] = v;
+    else
+      accept_length_out[src * reqs + (j - 2 * rn)] = v;
+  }
+}
+
+unsigned gridFor(int64_t total) {
+  int64_t blocks = (total + kThreads - 1) / kThreads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > 1024) blocks = 1024; /* grid-stride beyond that */
+  return (unsigned)blocks;
+}
+
+}  // namespace
+
+extern "C" cudaError_t dpsLaunchVerifyPack(int32_t* packed, const int32_t* predict,
+                                           const int32_t* accept_index,
+                                           const int32_t* accept_length, int reqs, int n,
+                                           cudaStream_t stream) {
+  const int64_t rn = (int64_t)reqs * n;
+  const int64_t total = 2 * rn + reqs;
+  if (total <= 0) return cudaSuccess;
+  verifyPackKernel<<<gridFor(total), kThreads, 0, stream>>>(packed, predict, accept_index,
+                                                            accept_length, rn, total);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_out,
+                                             int32_t* accept_length_out,
+                                             const int32_t* gathered, int tp, int reqs, int n,
+                                             cudaStream_t stream) {
+  const int64_t rn = (int64_t)reqs * n;
+  const int64_t packed = 2 * rn + reqs;
+  const int64_t total = packed * tp;
+  if (total <= 0) return cudaSuccess;
+  verifyUnpackKernel<<<gridFor(total), kThreads, 0, stream>>>(
+      predict_out, accept_index_out, accept_length_out, gathered, reqs, rn, packed, total);
+  return cudaGetLastError();
+}

@@ -1,0 +1,145 @@
+/* Public API without a communicator or a GPU: NULL communicators and NULL
+ * out-parameters are rejected with a message naming the argument, nothing is
+ * written on failure, error strings and versions, names, and
+ * dpsOnesidedAvailableOnDevices on a machine that may have no GPU. */
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+
+int main(void) {
+  /* ---- error strings ---- */
+  static const char* names[dpsNumResults] = {
+      "dpsSuccess",  "dpsInvalidArgument", "dpsInvalidUsage", "dpsUnavailable",  "dpsCudaError",
+      "dpsNcclError", "dpsSystemError",    "dpsTimeout",      "dpsInternalError"};
+  for (int i = 0; i < dpsNumResults; ++i) {
+    const char* s = dpsGetErrorString((dpsResult_t)i);
+    FX_CHECK(s != NULL && strcmp(s, names[i]) == 0, "dpsGetErrorString(%d) = %s, want %s", i,
+             s ? s : "(null)", names[i]);
+  }
+  FX_CHECK(dpsGetErrorString(dpsNumResults) != NULL, "out of range -> NULL");
+  FX_CHECK(dpsGetErrorString((dpsResult_t)-1) != NULL, "negative -> NULL");
+  FX_CHECK(dpsGetErrorString((dpsResult_t)1000) != NULL, "1000 -> NULL");
+  FX_CHECK(dpsGetLastError() != NULL, "dpsGetLastError NULL");
+
+  /* ---- version ---- */
+  {
+    int v = -1;
+    FX_CHECK_OK(dpsGetVersion(&v));
+    FX_CHECK(v == DPS_VERSION_CODE, "version %d, header %d", v, DPS_VERSION_CODE);
+    FX_CHECK(v == DPS_VERSION_MAJOR * 10000 + DPS_VERSION_MINOR * 100 + DPS_VERSION_PATCH, "code");
+    FX_CHECK_ERR(dpsGetVersion(NULL), dpsInvalidArgument, "version");
+  }
+
+  /* ---- names ---- */
+  FX_CHECK(strcmp(dpsBackendName(dpsBackendAuto), "auto") == 0, "auto");
+  FX_CHECK(strcmp(dpsBackendName(dpsBackendNccl), "nccl") == 0, "nccl");
+  FX_CHECK(strcmp(dpsBackendName(dpsBackendOnesided), "onesided") == 0, "onesided");
+  FX_CHECK(dpsBackendName((dpsBackend_t)17) != NULL, "invalid backend name NULL");
+  FX_CHECK(strcmp(dpsDataTypeName(dpsFloat32), "fp32") == 0, "fp32");
+  FX_CHECK(strcmp(dpsDataTypeName(dpsBfloat16), "bf16") == 0, "bf16");
+  FX_CHECK(strcmp(dpsDataTypeName(dpsFloat16), "fp16") == 0, "fp16");
+  FX_CHECK(strcmp(dpsDataTypeName(dpsDtypeUnset), "unset") == 0, "unset");
+  FX_CHECK(dpsDataTypeName((dpsDataType_t)17) != NULL, "invalid dtype name NULL");
+
+  /* ---- operations on a NULL communicator: fail, name "comm", write nothing ---- */
+  {
+    int32_t dummy_i[4] = {0};
+    float dummy_f[4] = {0};
+    char dummy_logits[64];
+    void* const sentinel = (void*)&dummy_logits[1];
+    void* out = sentinel;
+    int32_t *p = (int32_t*)sentinel, *ai = (int32_t*)sentinel, *al = (int32_t*)sentinel;
+    float* lp = (float*)sentinel;
+
+    FX_CHECK_ERR(dpsSwapBatchVocab(NULL, dummy_logits, 8, 32, dpsFloat32, 8, &out, NULL),
+                 dpsInvalidArgument, "comm");
+    FX_CHECK(out == sentinel, "swap wrote its output on failure");
+    FX_CHECK_ERR(dpsGatherVerifyOutputs(NULL, dummy_i, dummy_i, dummy_i, 4, 1, 8, &p, &ai, &al,
+                                        NULL),
+                 dpsInvalidArgument, "comm");
+    FX_CHECK(p == sentinel && ai == sentinel && al == sentinel, "gather wrote outputs");
+    FX_CHECK_ERR(dpsGatherVerifyLogprobs(NULL, dummy_f, 4, 1, 8, &lp, NULL), dpsInvalidArgument,
+                 "comm");
+    FX_CHECK(lp == (float*)sentinel, "logprobs wrote output");
+    FX_CHECK_ERR(dpsCommPrepare(NULL, dpsBfloat16), dpsInvalidArgument, "comm");
+    FX_CHECK_ERR(dpsCommSetCollectives(NULL, NULL), dpsInvalidArgument, "comm");
+    {
+      dpsCommInfo_t info;
+      memset(&info, 0x5a, sizeof info);
+      FX_CHECK_ERR(dpsCommGetInfo(NULL, &info), dpsInvalidArgument, "comm");
+      FX_CHECK(info.tp_size == 0x5a5a5a5a, "info written on failure");
+    }
+    {
+      dpsResult_t ae = (dpsResult_t)-5;
+      FX_CHECK_ERR(dpsCommGetAsyncError(NULL, &ae), dpsInvalidArgument, "comm");
+      FX_CHECK(ae == (dpsResult_t)-5, "async_error written on failure");
+    }
+    FX_CHECK_OK(dpsCommDestroy(NULL));
+  }
+
+  /* ---- bootstrap argument checks (fail before touching NCCL or the GPU) ---- */
+  {
+    dpsConfig_t c = DPS_CONFIG_INITIALIZER;
+    c.tp_size = 2;
+    c.rank = 0;
+    c.max_pad_bs = 8;
+    c.vocab_size = 64;
+    dpsUniqueId id;
+    memset(&id, 0, sizeof id);
+    dpsComm_t comm = (dpsComm_t)&id; /* sentinel */
+    FX_CHECK_ERR(dpsGetUniqueId(NULL), dpsInvalidArgument, "unique_id");
+    FX_CHECK_ERR(dpsCommInitRank(NULL, &id, &c), dpsInvalidArgument, "comm");
+    FX_CHECK_ERR(dpsCommInitRank(&comm, NULL, &c), dpsInvalidArgument, "unique_id");
+    FX_CHECK(comm == (dpsComm_t)&id, "comm written on failure");
+    FX_CHECK_ERR(dpsCommInitRank(&comm, &id, NULL), dpsInvalidArgument, "config");
+    c.rank = 2;
+    FX_CHECK_ERR(dpsCommInitRank(&comm, &id, &c), dpsInvalidArgument, "rank=2");
+    FX_CHECK(comm == (dpsComm_t)&id, "comm written on failure");
+    c.rank = 0;
+    FX_CHECK_ERR(dpsCommInitFromNccl(&comm, NULL, &c), dpsInvalidArgument, "nccl_comm");
+    FX_CHECK_ERR(dpsCommInitFromNccl(NULL, NULL, &c), dpsInvalidArgument, "comm");
+    FX_CHECK(comm == (dpsComm_t)&id, "comm written on failure");
+  }
+
+  /* ---- name parsing ---- */
+  {
+    dpsBackend_t b;
+    FX_CHECK_ERR(dpsParseBackend("bogus", &b), dpsInvalidArgument, "bogus");
+  }
+
+  /* ---- dpsOnesidedAvailableOnDevices: graceful without a GPU ---- */
+  {
+    const int ngpu = fxGpuCount(); /* probed in a child: this process stays CUDA-free */
+    int devs[2] = {0, 1};
+    int avail = -1;
+    FX_CHECK_ERR(dpsOnesidedAvailableOnDevices(devs, 2, NULL), dpsInvalidArgument, "available");
+    avail = -1;
+    dpsResult_t r = dpsOnesidedAvailableOnDevices(NULL, 0, &avail);
+    FX_CHECK(r == dpsInvalidArgument, "NULL devices -> %s", dpsGetErrorString(r));
+    FX_CHECK(avail == -1, "written on failure");
+    avail = -1;
+    r = dpsOnesidedAvailableOnDevices(devs, 2, &avail);
+    if (ngpu == 0) {
+      /* No GPU: 0 (not available), or a clean error; never a crash or a 1. */
+      FX_CHECK(r == dpsSuccess ? avail == 0 : avail == -1, "no GPU: result %s avail %d",
+               dpsGetErrorString(r), avail);
+      FX_CHECK(r == dpsSuccess || strlen(dpsGetLastError()) > 0, "error without a message");
+      printf("dpsOnesidedAvailableOnDevices without GPU: %s, available=%d\n",
+             dpsGetErrorString(r), avail);
+    } else if (ngpu == 1) {
+      FX_CHECK(r != dpsSuccess, "device 1 of 1 accepted");
+      FX_CHECK(avail == -1, "written on failure");
+      avail = -1;
+      FX_CHECK_OK(dpsOnesidedAvailableOnDevices(devs, 1, &avail));
+      FX_CHECK(avail == 0 || avail == 1, "available=%d", avail);
+    } else {
+      FX_CHECK_OK(r);
+      FX_CHECK(avail == 0 || avail == 1, "available=%d", avail);
+      printf("dpsOnesidedAvailableOnDevices(0,1) = %d on %d GPUs\n", avail, ngpu);
+    }
+  }
+
+  printf("test_api_args: OK\n");
+  return 0;
+}

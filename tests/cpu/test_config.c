@@ -1,0 +1,161 @@
+/* dpsConfigCheck rules (host only): every rule rejects with
+ * dpsInvalidArgument and a message naming the argument and its value; valid
+ * configurations pass; uninitialized configs and byte-count overflow are caught. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+
+static dpsConfig_t good(void) {
+  dpsConfig_t c = DPS_CONFIG_INITIALIZER;
+  c.tp_size = 4;
+  c.rank = 1;
+  c.max_pad_bs = 256;
+  c.num_tokens_per_req = 4;
+  c.vocab_size = 152064;
+  return c;
+}
+
+/* The call fails with dpsInvalidArgument and the message has both substrings. */
+#define EXPECT_BAD(cfg, s1, s2)                                                     \
+  do {                                                                              \
+    dpsConfig_t c_ = (cfg);                                                         \
+    FX_CHECK_ERR(dpsConfigCheck(&c_), dpsInvalidArgument, s1);                      \
+    FX_CHECK(strstr(dpsGetLastError(), s2) != NULL, "message \"%s\" lacks \"%s\"", \
+             dpsGetLastError(), s2);                                                \
+  } while (0)
+
+int main(void) {
+  dpsConfig_t c;
+
+  /* Defaults of the initializer. */
+  {
+    dpsConfig_t d = DPS_CONFIG_INITIALIZER;
+    FX_CHECK(d.size == sizeof(dpsConfig_t), "size=%zu", d.size);
+    FX_CHECK(d.magic == DPS_CONFIG_MAGIC, "magic=0x%x", d.magic);
+    FX_CHECK(d.num_tokens_per_req == 1, "N=%d", d.num_tokens_per_req);
+    FX_CHECK(d.logits_dtype == dpsDtypeUnset, "dtype=%d", (int)d.logits_dtype);
+    FX_CHECK(d.backend == dpsBackendAuto, "backend=%d", (int)d.backend);
+    FX_CHECK(d.cuda_device == -1, "cuda_device=%d", d.cuda_device);
+    FX_CHECK(d.timeout_ms == 0, "timeout_ms=%d", d.timeout_ms);
+    /* tp_size = 0 in the initializer: must be filled in. */
+    FX_CHECK_ERR(dpsConfigCheck(&d), dpsInvalidArgument, "tp_size");
+  }
+
+  /* Valid configurations. */
+  c = good();
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  for (int tp = 1; tp <= 8; ++tp)
+    for (int rank = 0; rank < tp; ++rank) {
+      c = good();
+      c.tp_size = tp;
+      c.rank = rank;
+      c.max_pad_bs = 8 * tp;
+      c.vocab_size = 1000 * (int64_t)tp;
+      FX_CHECK_OK(dpsConfigCheck(&c));
+    }
+  {
+    const dpsDataType_t dts[] = {dpsDtypeUnset, dpsFloat32, dpsBfloat16, dpsFloat16};
+    const dpsBackend_t bks[] = {dpsBackendAuto, dpsBackendNccl, dpsBackendOnesided};
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 3; ++j) {
+        c = good();
+        c.logits_dtype = dts[i];
+        c.backend = bks[j];
+        FX_CHECK_OK(dpsConfigCheck(&c));
+      }
+  }
+  c = good();
+  c.cuda_device = 3;
+  c.timeout_ms = 100;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  c = good();
+  c.tp_size = 1;
+  c.rank = 0;
+  c.max_pad_bs = 1;
+  c.num_tokens_per_req = 1;
+  c.vocab_size = 1;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+
+  /* NULL / uninitialized. */
+  FX_CHECK_ERR(dpsConfigCheck(NULL), dpsInvalidArgument, "config");
+  c = good();
+  c.magic = 0;
+  FX_CHECK_ERR(dpsConfigCheck(&c), dpsInvalidArgument, "DPS_CONFIG_INITIALIZER");
+  c = good();
+  c.size = sizeof(dpsConfig_t) - 8;
+  FX_CHECK_ERR(dpsConfigCheck(&c), dpsInvalidArgument, "DPS_CONFIG_INITIALIZER");
+  {
+    dpsConfig_t junk;
+    memset(&junk, 0xa5, sizeof junk);
+    FX_CHECK_ERR(dpsConfigCheck(&junk), dpsInvalidArgument, "DPS_CONFIG_INITIALIZER");
+  }
+
+  /* tp_size. */
+  c = good(); c.tp_size = 0; c.rank = 0;
+  EXPECT_BAD(c, "tp_size", "0");
+  c = good(); c.tp_size = -3; c.rank = 0;
+  EXPECT_BAD(c, "tp_size", "-3");
+
+  /* rank. */
+  c = good(); c.rank = -1;
+  EXPECT_BAD(c, "rank", "-1");
+  c = good(); c.rank = 4;
+  EXPECT_BAD(c, "rank=4", "tp_size=4");
+
+  /* max_pad_bs. */
+  c = good(); c.max_pad_bs = 0;
+  EXPECT_BAD(c, "max_pad_bs", "0");
+  c = good(); c.max_pad_bs = -8;
+  EXPECT_BAD(c, "max_pad_bs", "-8");
+  c = good(); c.max_pad_bs = 258;
+  EXPECT_BAD(c, "max_pad_bs", "258");
+
+  /* num_tokens_per_req. */
+  c = good(); c.num_tokens_per_req = 0;
+  EXPECT_BAD(c, "num_tokens_per_req", "0");
+  c = good(); c.num_tokens_per_req = -2;
+  EXPECT_BAD(c, "num_tokens_per_req", "-2");
+
+  /* vocab_size. */
+  c = good(); c.vocab_size = 0;
+  EXPECT_BAD(c, "vocab_size", "0");
+  c = good(); c.vocab_size = -4;
+  EXPECT_BAD(c, "vocab_size", "-4");
+  c = good(); c.vocab_size = 152066; /* not a multiple of 4 */
+  EXPECT_BAD(c, "vocab_size", "152066");
+
+  /* dtype / backend. */
+  c = good(); c.logits_dtype = (dpsDataType_t)7;
+  EXPECT_BAD(c, "dtype", "7");
+  c = good(); c.logits_dtype = (dpsDataType_t)-2;
+  EXPECT_BAD(c, "dtype", "-2");
+  c = good(); c.backend = (dpsBackend_t)9;
+  EXPECT_BAD(c, "backend", "9");
+  c = good(); c.backend = (dpsBackend_t)-1;
+  EXPECT_BAD(c, "backend", "-1");
+
+  /* Byte counts that do not fit in 64 bits. */
+  c = good(); c.tp_size = 1; c.rank = 0; c.vocab_size = INT64_MAX;
+  EXPECT_BAD(c, "vocab_size", "9223372036854775807");
+  c = good(); c.vocab_size = (INT64_MAX / 4) * 4; /* divisible, still overflows */
+  EXPECT_BAD(c, "vocab_size", "overflow");
+  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = INT32_MAX;
+  c.num_tokens_per_req = INT32_MAX; c.vocab_size = 1 << 20;
+  EXPECT_BAD(c, "max_pad_bs", "overflow");
+  /* Large but representable: 2^31 * 8 * 2^20 * 8 bytes = 2^57 fits. */
+  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = 1 << 30;
+  c.num_tokens_per_req = 8; c.vocab_size = (int64_t)1 << 20;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+
+  /* Names and sizes used in messages. */
+  FX_CHECK(dpsDataTypeSize(dpsFloat32) == 4, "fp32 size");
+  FX_CHECK(dpsDataTypeSize(dpsBfloat16) == 2, "bf16 size");
+  FX_CHECK(dpsDataTypeSize(dpsFloat16) == 2, "fp16 size");
+  FX_CHECK(dpsDataTypeSize(dpsDtypeUnset) == 0, "unset size");
+  FX_CHECK(dpsDataTypeSize((dpsDataType_t)42) == 0, "invalid size");
+
+  printf("test_config: OK\n");
+  return 0;
+}
