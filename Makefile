@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 all: build
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DDPS_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DDPS_BUILD_PYTHON=ON -DDPS_NCCL_FROM_PIP=ON -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_ARGS)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)

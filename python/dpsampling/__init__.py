@@ -1,0 +1,440 @@
+"""dpsampling: batch-data-parallel sampling communication for tensor-parallel
+LLM inference (Python binding of libdpsampling).
+
+    comm = DpSamplingComm(tp_size=2, rank=r, group=(0, 1), max_pad_bs=64,
+                          num_tokens_per_req=4, vocab_size=V,
+                          logits_dtype=torch.bfloat16, backend="auto")
+    rows = comm.swap_batch_vocab(local_logits, pad_bs=pad_bs)   # [pad_bs/tp*N, V]
+    p, ai, al = comm.gather_verify_outputs(p_l, ai_l, al_l, pad_bs=pad_bs)
+
+Everything that moves data runs in C on torch's current CUDA stream (CUDA graph
+capturable); outputs are torch tensors aliasing the communicator's persistent
+buffers (same data_ptr() on every call). This module only handles arguments
+and the bootstrap over torch.distributed. ``import dpsampling`` needs neither
+torch nor a GPU; torch is imported on first use.
+"""
+
+import os
+import sys
+import threading
+
+from . import _dpsampling as _C
+
+try:  # generated at build time
+    from . import _build_info as _build_info
+except ImportError:  # pragma: no cover
+    _build_info = None
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DpSamplingComm",
+    "swap_batch_vocab",
+    "get_global_backend",
+    "resolve_backend",
+    "onesided_available",
+    "destroy_group_communicators",
+    "build_info",
+]
+
+BACKEND_ENV = "DPSAMPLING_BACKEND"
+BACKEND_ENV_ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def build_info():
+    """Build and runtime facts (library/NCCL versions, NCCL library path)."""
+    info = {
+        "version": __version__,
+        "library_version": _C.version(),
+        "nccl_header_version": _C.NCCL_HEADER_VERSION,
+    }
+    if _build_info is not None:
+        info.update(
+            nccl_version=_build_info.NCCL_VERSION,
+            nccl_library=_build_info.NCCL_LIBRARY,
+            cuda_toolkit_version=_build_info.CUDA_TOOLKIT_VERSION,
+            cuda_architectures=_build_info.CUDA_ARCHITECTURES,
+        )
+    try:
+        info["nccl_runtime_version"] = _C.nccl_version()
+    except Exception:  # pragma: no cover
+        pass
+    return info
+
+
+# --------------------------------------------------------------------------
+# argument handling (no torch, no GPU)
+
+
+def _int_arg(name, value, hi=_INT32_MAX):
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import operator
+
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if value < -hi - 1 or value > hi:
+        raise ValueError(f"{name}={value} is out of range")
+    return value
+
+
+def _normalize_group(group, tp_size=None):
+    """tuple of global ranks; None -> (0, ..., tp_size-1) (or the world)."""
+    if group is None:
+        if tp_size is None:
+            dist = _dist_if_initialized()
+            if dist is None:
+                raise ValueError("group=None needs tp_size or an initialized torch.distributed")
+            tp_size = dist.get_world_size()
+        return tuple(range(tp_size))
+    if isinstance(group, int):
+        group = (group,)
+    try:
+        g = tuple(_int_arg("group rank", r) for r in group)
+    except TypeError:
+        raise TypeError(
+            f"group must be a tuple of global ranks, got {type(group).__name__}"
+        ) from None
+    if len(g) == 0:
+        raise ValueError("group must not be empty")
+    if len(set(g)) != len(g) or min(g) < 0:
+        raise ValueError(f"group={g} must hold distinct non-negative global ranks")
+    if tp_size is not None and len(g) != tp_size:
+        raise ValueError(f"group={g} has {len(g)} ranks but tp_size={tp_size}")
+    return g
+
+
+def _backend_code(backend):
+    if not isinstance(backend, str):
+        raise TypeError(
+            f"backend must be 'auto', 'nccl' or 'onesided', got {type(backend).__name__}"
+        )
+    return _C.parse_backend(backend)  # ValueError
+
+
+def _torch():
+    import torch  # lazily: torch is a run-time dependency only
+
+    return torch
+
+
+def _dist_if_initialized():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        import torch.distributed as dist
+    except Exception:
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+# --------------------------------------------------------------------------
+# backend resolution
+
+
+def onesided_available(group=None):
+    """Quick local check: can the one-sided transport run on this group?
+
+    Uses dpsOnesidedAvailableOnDevices over the CUDA devices of the group's
+    ranks on this node (peer access between every pair). False without torch,
+    without a GPU, or when a rank is on another node; never raises. Creation
+    decides with NCCL's LSA team, which is authoritative.
+    """
+    try:
+        try:
+            torch = _torch()
+        except Exception:
+            return False
+        if not torch.cuda.is_available():
+            return False
+        ndev = torch.cuda.device_count()
+        g = _normalize_group(group)
+        dist = _dist_if_initialized()
+        if dist is not None:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE") or 0) or ndev
+            node = dist.get_rank() // local
+            if any(r // local != node for r in g):
+                return False
+            devices = [r % local for r in g]
+        else:
+            devices = list(g)
+        if any(d >= ndev for d in devices):
+            return False
+        return bool(_C.onesided_available_on_devices(devices))
+    except Exception:
+        return False
+
+
+def resolve_backend(requested="auto", group=None):
+    """The backend a communicator of `group` would use: 'nccl' or 'onesided'.
+
+    DPSAMPLING_BACKEND (alias TOKENSPEED_DP_SAMPLING_BACKEND) overrides
+    `requested`; an invalid value raises ValueError naming the variable.
+    'onesided' when it is not available raises RuntimeError.
+    """
+    _backend_code(requested)
+    # Validate the environment first; when it forces nccl no probing is needed.
+    first = _C.resolve_backend(requested, True)
+    if first == "nccl":
+        return first
+    return _C.resolve_backend(requested, onesided_available(group))
+
+
+_resolve_backend = resolve_backend
+_onesided_available = onesided_available
+
+
+# --------------------------------------------------------------------------
+# bootstrap: one library-owned NCCL communicator per group
+
+_lock = threading.RLock()
+_groups = {}  # tuple of global ranks -> _C.NcclGroup
+_process_groups = {}  # tuple -> torch ProcessGroup (sub-groups only)
+
+
+def _rank_in_group(group):
+    """This process's index in `group` (torch.distributed decides)."""
+    dist = _dist_if_initialized()
+    if dist is None:
+        if len(group) == 1:
+            return 0
+        raise RuntimeError(
+            f"dpsampling: group={group} spans {len(group)} ranks but torch.distributed is not "
+            "initialized; call torch.distributed.init_process_group first"
+        )
+    me = dist.get_rank()
+    if me not in group:
+        raise ValueError(f"this process (global rank {me}) is not in group={group}")
+    return group.index(me)
+
+
+def _process_group(dist, group):
+    if group == tuple(range(dist.get_world_size())):
+        return None  # the default group
+    pg = _process_groups.get(group)
+    if pg is None:
+        try:
+            pg = dist.new_group(list(group), use_local_synchronization=True)
+        except TypeError:  # older torch
+            pg = dist.new_group(list(group))
+        _process_groups[group] = pg
+    return pg
+
+
+def _group_nccl(group=None):
+    """The group's shared NCCL communicator (collective over the group the
+    first time: rank 0 makes the id, torch.distributed broadcasts it)."""
+    group = _normalize_group(group)
+    g = _groups.get(group)
+    if g is not None:
+        return g
+    with _lock:
+        g = _groups.get(group)
+        if g is not None:
+            return g
+        torch = _torch()
+        me = _rank_in_group(group)
+        device = torch.cuda.current_device()
+        if len(group) == 1:
+            uid = _C.get_unique_id()
+        else:
+            import torch.distributed as dist
+
+            obj = [_C.get_unique_id() if me == 0 else None]
+            dist.broadcast_object_list(obj, src=group[0], group=_process_group(dist, group))
+            uid = obj[0]
+            if not isinstance(uid, bytes) or len(uid) != _C.UNIQUE_ID_BYTES:
+                raise RuntimeError("dpsampling: bootstrap broadcast returned a malformed id")
+        g = _C.NcclGroup(uid, len(group), me, device)
+        _groups[group] = g
+        return g
+
+
+def destroy_group_communicators():
+    """Drop the cached per-group NCCL communicators (and the free function's
+    communicators). Collective in effect: call it on every rank together.
+    Communicators still alive keep their NCCL communicator until they go."""
+    with _lock:
+        for comm in list(_free_comms.values()):
+            comm.close()
+        _free_comms.clear()
+        _groups.clear()
+
+
+_C._set_group_registry(_groups, _group_nccl)
+
+
+def get_global_backend():
+    """The library's default collectives: an object (in C) whose
+    all_gather_into_tensor(output, input, group) / all_to_all_single(output,
+    input, group) run NCCL on the group's shared communicator on torch's
+    current stream. Passing it (or None) as fallback_comm_backend keeps the
+    C collectives with no Python in the call path."""
+    return _C.global_backend
+
+
+# --------------------------------------------------------------------------
+# the communicator
+
+
+class DpSamplingComm(_C.Comm):
+    """One dpsampling communicator over `group` (a tuple of global ranks).
+
+    Collective: every rank of the group constructs it with the same arguments.
+    Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
+    gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
+    gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
+    close(). Outputs alias persistent buffers valid until the next call of the
+    same operation.
+    """
+
+    def __init__(
+        self,
+        tp_size,
+        rank,
+        group=None,
+        max_pad_bs=None,
+        num_tokens_per_req=1,
+        vocab_size=None,
+        logits_dtype=None,
+        backend="auto",
+        fallback_comm_backend=None,
+    ):
+        if max_pad_bs is None:
+            raise TypeError("DpSamplingComm() missing required argument 'max_pad_bs'")
+        if vocab_size is None:
+            raise TypeError("DpSamplingComm() missing required argument 'vocab_size'")
+        tp_size = _int_arg("tp_size", tp_size)
+        rank = _int_arg("rank", rank)
+        max_pad_bs = _int_arg("max_pad_bs", max_pad_bs)
+        num_tokens_per_req = _int_arg("num_tokens_per_req", num_tokens_per_req)
+        vocab_size = _int_arg("vocab_size", vocab_size, _INT64_MAX)
+        dtype_code = _C.dtype_code(logits_dtype, "logits_dtype", True)  # TypeError
+        backend_code = _backend_code(backend)  # ValueError
+        # Configuration rules and the environment override: ValueError before
+        # any torch or GPU use.
+        _C.config_check(
+            tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size, dtype_code, backend_code
+        )
+        _C.resolve_backend(backend, True)
+        group = _normalize_group(group, tp_size)
+        if fallback_comm_backend is not None and not callable(
+            getattr(fallback_comm_backend, "all_gather_into_tensor", None)
+        ):
+            raise TypeError(
+                "fallback_comm_backend must have all_gather_into_tensor(output, input, group)"
+            )
+
+        torch = _torch()
+        if not torch.cuda.is_available():
+            raise RuntimeError("DpSamplingComm needs a CUDA device (torch.cuda.is_available() is False)")
+        me = _rank_in_group(group)
+        if me != rank:
+            raise ValueError(
+                f"rank={rank} but this process is rank {me} of group={group} in torch.distributed"
+            )
+        nccl_group = _group_nccl(group)
+        device = torch.cuda.current_device()
+        if nccl_group.device != device:
+            raise RuntimeError(
+                f"group={group} was bootstrapped on cuda:{nccl_group.device} but the current "
+                f"device is cuda:{device}"
+            )
+        self._create(
+            nccl_group,
+            tp_size,
+            rank,
+            max_pad_bs,
+            num_tokens_per_req,
+            vocab_size,
+            dtype_code,
+            backend_code,
+            device,
+        )
+        self.group = group
+        self.fallback_comm_backend = fallback_comm_backend
+        if fallback_comm_backend is not None and fallback_comm_backend is not _C.global_backend:
+            self._set_collectives(fallback_comm_backend, group)
+
+    def __repr__(self):
+        if self.closed:
+            return "DpSamplingComm(closed)"
+        return (
+            f"DpSamplingComm(tp_size={self.tp_size}, rank={self.rank}, group={self.group}, "
+            f"max_pad_bs={self.max_pad_bs}, num_tokens_per_req={self.num_tokens_per_req}, "
+            f"vocab_size={self.vocab_size}, backend={self.backend!r}, device=cuda:{self.cuda_device})"
+        )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# --------------------------------------------------------------------------
+# free function
+
+_free_comms = {}  # (group, N, V, dtype, device) -> DpSamplingComm (nccl)
+
+
+def swap_batch_vocab(
+    local_logits, *, tp_size, pad_bs, num_tokens_per_req, vocab_size, group=None
+):
+    """[pad_bs*N, V/tp] -> a NEW tensor [pad_bs/tp*N, V] (the caller may keep it).
+
+    Same result as DpSamplingComm.swap_batch_vocab, over the nccl backend. Uses
+    a cached communicator per (group, N, V, dtype), grown when pad_bs exceeds
+    its max_pad_bs, and copies its persistent output into a fresh tensor on
+    torch's current stream. Collective: every rank of the group calls it.
+    """
+    tp_size = _int_arg("tp_size", tp_size)
+    pad_bs = _int_arg("pad_bs", pad_bs)
+    num_tokens_per_req = _int_arg("num_tokens_per_req", num_tokens_per_req)
+    vocab_size = _int_arg("vocab_size", vocab_size, _INT64_MAX)
+    if tp_size < 1 or pad_bs < 1 or pad_bs % tp_size != 0:
+        raise ValueError(f"pad_bs={pad_bs} must be a positive multiple of tp_size={tp_size}")
+    group = _normalize_group(group, tp_size)
+    dtype = getattr(local_logits, "dtype", None)
+    if dtype is None:
+        raise TypeError(
+            f"local_logits must be a torch.Tensor, got {type(local_logits).__name__}"
+        )
+    _C.dtype_code(dtype, "local_logits.dtype", False)  # TypeError
+    torch = _torch()
+    device = torch.cuda.current_device()
+    key = (group, num_tokens_per_req, vocab_size, dtype, device)
+    comm = _free_comms.get(key)
+    if comm is None or comm.max_pad_bs < pad_bs:
+        with _lock:
+            old = _free_comms.get(key)
+            max_pad_bs = max(pad_bs, old.max_pad_bs if old is not None else 0)
+            comm = DpSamplingComm(
+                tp_size=tp_size,
+                rank=_rank_in_group(group),
+                group=group,
+                max_pad_bs=max_pad_bs,
+                num_tokens_per_req=num_tokens_per_req,
+                vocab_size=vocab_size,
+                logits_dtype=dtype,
+                backend="nccl",
+            )
+            _free_comms[key] = comm
+            if old is not None:
+                old.close()
+    return comm._swap_batch_vocab_new(local_logits, pad_bs)
+
+
+# Skip NCCL/CUDA teardown from finalizers at interpreter exit (peers may be
+# gone); the process is ending anyway.
+import atexit as _atexit  # noqa: E402
+
+_atexit.register(_C._shutdown)

@@ -1,0 +1,383 @@
+"""Torch-free tests of the Python binding (CI: no GPU, usually no torch).
+
+Everything here must pass without torch and without a GPU; tests that need
+torch use pytest.importorskip("torch").
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dpsampling
+from dpsampling import (
+    DpSamplingComm,
+    _onesided_available,
+    _resolve_backend,
+    get_global_backend,
+    onesided_available,
+    resolve_backend,
+    swap_batch_vocab,
+)
+
+ENV = "DPSAMPLING_BACKEND"
+ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(ALIAS, raising=False)
+
+
+def _has_gpu():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _run_python(code):
+    env = dict(os.environ)
+    env.pop(ENV, None)
+    env.pop(ALIAS, None)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+# ---- import ------------------------------------------------------------------
+
+
+def test_import_exports():
+    for name in (
+        "DpSamplingComm",
+        "swap_batch_vocab",
+        "get_global_backend",
+        "resolve_backend",
+        "onesided_available",
+        "_resolve_backend",
+        "_onesided_available",
+    ):
+        assert hasattr(dpsampling, name), name
+    assert _resolve_backend is resolve_backend
+    assert _onesided_available is onesided_available
+    assert dpsampling._dpsampling.version() == dpsampling._dpsampling.HEADER_VERSION
+    info = dpsampling.build_info()
+    assert info["library_version"] == 100
+
+
+def test_import_does_not_import_torch():
+    r = _run_python(
+        """
+        import sys
+        import dpsampling
+        dpsampling.resolve_backend("nccl", (0, 1))
+        dpsampling.get_global_backend()
+        assert "torch" not in sys.modules, "import dpsampling imported torch"
+        print("ok")
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout
+
+
+def test_global_backend_is_a_singleton_with_collectives():
+    b = get_global_backend()
+    assert b is get_global_backend()
+    assert callable(b.all_gather_into_tensor)
+    assert callable(b.all_to_all_single)
+
+
+# ---- backend resolution and the environment ------------------------------------
+
+
+@pytest.mark.parametrize("var", [ENV, ALIAS])
+def test_env_override_forces_nccl(monkeypatch, var):
+    monkeypatch.setenv(var, "nccl")
+    assert resolve_backend("auto", (0, 1)) == "nccl"
+    assert resolve_backend("onesided", (0, 1)) == "nccl"
+    assert resolve_backend("nccl", (0, 1)) == "nccl"
+
+
+@pytest.mark.parametrize("var", [ENV, ALIAS])
+def test_env_override_rejects_invalid_backend(monkeypatch, var):
+    monkeypatch.setenv(var, "bogus")
+    with pytest.raises(ValueError, match=var):
+        resolve_backend("auto", (0, 1))
+    with pytest.raises(ValueError, match=var):
+        _resolve_backend("nccl", (0, 1))
+
+
+def test_env_both_set_disagreeing(monkeypatch):
+    monkeypatch.setenv(ENV, "nccl")
+    monkeypatch.setenv(ALIAS, "onesided")
+    with pytest.raises(ValueError) as e:
+        resolve_backend("auto", (0, 1))
+    assert ENV in str(e.value) and ALIAS in str(e.value)
+
+
+def test_env_both_set_agreeing(monkeypatch):
+    monkeypatch.setenv(ENV, "nccl")
+    monkeypatch.setenv(ALIAS, "nccl")
+    assert resolve_backend("onesided", (0, 1)) == "nccl"
+
+
+def test_env_empty_is_ignored(monkeypatch):
+    monkeypatch.setenv(ENV, "")
+    assert resolve_backend("nccl", (0, 1)) == "nccl"
+
+
+def test_resolve_without_env_follows_availability():
+    avail = onesided_available((0, 1))
+    assert resolve_backend("nccl", (0, 1)) == "nccl"
+    assert resolve_backend("auto", (0, 1)) == ("onesided" if avail else "nccl")
+    if not avail:
+        with pytest.raises(RuntimeError):
+            resolve_backend("onesided", (0, 1))
+
+
+def test_resolve_rejects_bad_request():
+    with pytest.raises(ValueError, match="bogus"):
+        resolve_backend("bogus", (0, 1))
+    with pytest.raises(TypeError):
+        resolve_backend(2, (0, 1))
+
+
+def test_env_onesided_without_gpu_is_unavailable(monkeypatch):
+    if onesided_available((0, 1)):
+        pytest.skip("one-sided transport is available here")
+    monkeypatch.setenv(ENV, "onesided")
+    with pytest.raises(RuntimeError, match="nccl"):  # the message says how to fall back
+        resolve_backend("auto", (0, 1))
+
+
+# ---- onesided_available ----------------------------------------------------------
+
+
+def test_onesided_available_false_without_gpu():
+    if _has_gpu():
+        pytest.skip("a GPU is present")
+    assert onesided_available((0, 1)) is False
+    assert onesided_available((0,)) is False
+    assert onesided_available(None) is False
+
+
+def test_onesided_available_never_raises():
+    for bad in ("garbage", (0, 0), (), (-1, 2), object(), (10**6, 10**6 + 1)):
+        assert onesided_available(bad) in (True, False)
+
+
+def test_onesided_on_devices_without_gpu():
+    if _has_gpu():
+        pytest.skip("a GPU is present")
+    try:
+        r = dpsampling._dpsampling.onesided_available_on_devices([0, 1])
+    except RuntimeError:
+        return  # a CUDA error without a device is acceptable here
+    assert r is False
+
+
+# ---- configuration validation (ValueError/TypeError before any torch/GPU use) ----
+
+GOOD = dict(
+    tp_size=2,
+    rank=0,
+    group=(0, 1),
+    max_pad_bs=8,
+    num_tokens_per_req=1,
+    vocab_size=64,
+    logits_dtype=None,
+    backend="nccl",
+)
+
+
+def _kw(**over):
+    kw = dict(GOOD)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        (dict(tp_size=0), "tp_size"),
+        (dict(rank=2), "rank"),
+        (dict(rank=-1), "rank"),
+        (dict(max_pad_bs=3), "max_pad_bs"),
+        (dict(max_pad_bs=0), "max_pad_bs"),
+        (dict(vocab_size=63), "vocab_size"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(num_tokens_per_req=0), "num_tokens_per_req"),
+        (dict(backend="bogus"), "bogus"),
+        (dict(group=(0, 1, 2)), "group"),
+        (dict(group=(0, 0)), "group"),
+        (dict(max_pad_bs=2**40), "max_pad_bs"),
+    ],
+)
+def test_config_errors_are_value_errors(over, match):
+    with pytest.raises(ValueError, match=match):
+        DpSamplingComm(**_kw(**over))
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        dict(logits_dtype="int8"),
+        dict(logits_dtype=object()),
+        dict(logits_dtype=3),
+        dict(tp_size="2"),
+        dict(max_pad_bs=8.0),
+        dict(backend=1),
+        dict(fallback_comm_backend=object()),
+    ],
+)
+def test_type_errors(over):
+    with pytest.raises(TypeError):
+        DpSamplingComm(**_kw(**over))
+
+
+def test_env_invalid_rejected_at_construction(monkeypatch):
+    monkeypatch.setenv(ALIAS, "bogus")
+    with pytest.raises(ValueError, match=ALIAS):
+        DpSamplingComm(**_kw())
+
+
+def test_validation_does_not_touch_torch():
+    r = _run_python(
+        """
+        import sys
+        import pytest
+        from dpsampling import DpSamplingComm, swap_batch_vocab
+        good = dict(tp_size=2, rank=0, group=(0, 1), max_pad_bs=8,
+                    num_tokens_per_req=1, vocab_size=64, backend="auto")
+        for over in (dict(tp_size=0), dict(max_pad_bs=3), dict(vocab_size=63),
+                     dict(num_tokens_per_req=0), dict(rank=5)):
+            kw = dict(good); kw.update(over)
+            with pytest.raises(ValueError):
+                DpSamplingComm(**kw)
+        with pytest.raises(TypeError):
+            DpSamplingComm(**dict(good, logits_dtype="int64"))
+        with pytest.raises(ValueError, match="pad_bs"):
+            swap_batch_vocab(None, tp_size=2, pad_bs=3, num_tokens_per_req=1,
+                             vocab_size=64, group=(0, 1))
+        with pytest.raises(TypeError):
+            swap_batch_vocab(object(), tp_size=2, pad_bs=8, num_tokens_per_req=1,
+                             vocab_size=64, group=(0, 1))
+        assert "torch" not in sys.modules, "validation imported torch"
+        print("ok")
+        """
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok" in r.stdout
+
+
+def test_dtype_names():
+    C = dpsampling._dpsampling
+    assert C.dtype_code(None) == C.DTYPE_UNSET
+    assert C.dtype_code("fp32") == C.FLOAT32
+    assert C.dtype_code("torch.bfloat16") == C.BFLOAT16
+    assert C.dtype_code("float16") == C.FLOAT16
+    with pytest.raises(TypeError):
+        C.dtype_code(None, "dtype", False)
+
+
+def test_config_check_direct():
+    C = dpsampling._dpsampling
+    C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO)
+    with pytest.raises(ValueError, match="vocab_size=63"):
+        C.config_check(2, 1, 8, 4, 63, C.DTYPE_UNSET, C.BACKEND_AUTO)
+
+
+# ---- with torch (still no GPU needed) ---------------------------------------------
+
+
+def test_torch_dtypes():
+    torch = pytest.importorskip("torch")
+    C = dpsampling._dpsampling
+    assert C.dtype_code(torch.float32) == C.FLOAT32
+    assert C.dtype_code(torch.bfloat16) == C.BFLOAT16
+    assert C.dtype_code(torch.float16) == C.FLOAT16
+    for bad in (torch.int32, torch.float64, torch.uint8):
+        with pytest.raises(TypeError):
+            C.dtype_code(bad)
+        with pytest.raises(TypeError):
+            DpSamplingComm(**_kw(logits_dtype=bad))
+
+
+def test_no_gpu_construction_is_runtime_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError):
+        DpSamplingComm(**_kw(tp_size=1, rank=0, group=(0,), max_pad_bs=8, vocab_size=64))
+
+
+def test_free_function_rejects_integer_logits():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(8, 32, dtype=torch.int32)
+    with pytest.raises(TypeError):
+        swap_batch_vocab(x, tp_size=2, pad_bs=8, num_tokens_per_req=1, vocab_size=64, group=(0, 1))
+
+
+# ---- the hand-written DLPack ABI, checked with any CPU consumer ---------------------
+
+
+class _CapsuleHolder:
+    def __init__(self, cap):
+        self._cap = cap
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._cap
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def _deleted():
+    return dpsampling._dpsampling._test_host_deleted()
+
+
+def test_dlpack_abi_with_numpy():
+    np = pytest.importorskip("numpy")
+    C = dpsampling._dpsampling
+    before = _deleted()
+    a = np.from_dlpack(_CapsuleHolder(C._test_host_capsule(3, 5)))
+    assert a.shape == (3, 5) and a.dtype == np.float32
+    assert a.strides == (20, 4)
+    assert a[2, 4] == 14.0 and a.sum() == sum(range(15))
+    b = np.from_dlpack(_CapsuleHolder(C._test_host_capsule(7, 0)))
+    assert b.shape == (7,) and b.dtype == np.int32 and list(b) == list(range(7))
+    del a, b
+    import gc
+
+    gc.collect()
+    assert _deleted() == before + 2
+
+
+def test_dlpack_unconsumed_capsule_is_freed():
+    C = dpsampling._dpsampling
+    before = _deleted()
+    cap = C._test_host_capsule(2, 2)
+    del cap
+    assert _deleted() == before + 1
+
+
+def test_dlpack_abi_with_torch():
+    torch = pytest.importorskip("torch")
+    C = dpsampling._dpsampling
+    before = _deleted()
+    t = torch.from_dlpack(C._test_host_capsule(4, 6))
+    assert t.shape == (4, 6) and t.dtype == torch.float32 and t.stride() == (6, 1)
+    assert t[3, 5].item() == 23.0
+    u = torch.utils.dlpack.from_dlpack(C._test_host_capsule(5, 0))
+    assert u.dtype == torch.int32 and u.tolist() == list(range(5))
+    del t, u
+    assert _deleted() == before + 2

@@ -1,0 +1,444 @@
+/* The `onesided` backend: NVLink load/store through NCCL symmetric windows.
+ *
+ * Memory (per communicator):
+ *  window A (init, dtype independent), symmetric, zeroed before registration:
+ *    [flags]      u64 ready[maxb][tp], done[maxb][tp]       (swap direct path)
+ *    [gout]       LL staging of gather_verify_outputs  [2][tp][cap_out] x 16 B
+ *    [glp]        LL staging of gather_verify_logprobs [2][tp][cap_lp]  x 16 B
+ *  window B (prepare, once the logits dtype is fixed), symmetric:
+ *    [swap_out]   [max_pad_bs/tp*N, V] of dtype = comm->swap_out; peers store
+ *                 into it directly on the swap's direct path
+ *    [swap_ll]    LL staging of the swap's small-size path [2][tp][cap_sw] x 16 B
+ *  plain device memory: the verify outputs (written only by the local kernel,
+ *    unpacked from the staging), and dpsOsDevState (epochs, tickets, error);
+ *  mapped pinned host memory: the error word the host reads without syncing.
+ *
+ * Only windows are used: no ncclDevComm (ncclDevCommCreate) is created,
+ * because the kernels synchronise with their own flags and a timeout (NCCL's
+ * LSA barrier has none). Peer base addresses are read once per window with a
+ * tiny kernel calling ncclGetPeerPointer (onesided_setup.cu); the hot kernels
+ * take plain pointers.
+ *
+ * Agreed at creation over NCCL (min over ranks), so every rank picks the same
+ * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
+ * must be co-resident) and the LL threshold of the swap
+ * (DPSAMPLING_ONESIDED_LL_BYTES: per-peer chunk bytes up to which the swap
+ * uses the LL path; default 256 KiB; 0 = always the direct path).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kernels/onesided_kernels.h"
+
+#define OS_DEFAULT_LL_BYTES (256u * 1024u)
+#define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
+#define OS_WIN_ROUND ((size_t)2 << 20) /* windows are whole 2 MiB granules */
+#define OS_DIRECT_BYTES_PER_BLOCK ((uint64_t)32 * 1024)
+#define OS_LL_LINES_PER_BLOCK 1024
+#define OS_GATHER_MAX_BLOCKS 64
+
+typedef struct {
+  void* base;
+  size_t size;
+  ncclWindow_t win;
+  char* peer[DPS_OS_MAX_RANKS];
+} OsWindow;
+
+typedef struct {
+  int tp, rank, n, max_reqs;
+  int64_t vocab;
+  int maxb;          /* agreed grid cap */
+  uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
+
+  OsWindow a; /* flags + gather staging */
+  size_t off_gout, off_glp;
+  int64_t cap_out, cap_lp; /* LL lines per (parity, src) */
+
+  OsWindow b; /* swap_out + swap LL staging */
+  size_t off_swll;
+  int64_t cap_sw;
+  size_t esize;
+  int prepared;
+
+  void* outputs; /* verify outputs, one allocation */
+  dpsOsDevState* dstate;
+  volatile unsigned long long* herr; /* host view */
+  unsigned long long* herr_dev;      /* device view */
+} OsState;
+
+static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static const char* opName(int op) {
+  switch (op) {
+    case DPS_OS_OP_SWAP: return "swap_batch_vocab";
+    case DPS_OS_OP_GATHER_OUTPUTS: return "gather_verify_outputs";
+    case DPS_OS_OP_GATHER_LOGPROBS: return "gather_verify_logprobs";
+    default: return "operation";
+  }
+}
+
+static const char* waitName(int w) {
+  switch (w) {
+    case DPS_OS_WAIT_READY: return "its ready flag";
+    case DPS_OS_WAIT_DONE: return "its completion flag";
+    case DPS_OS_WAIT_DATA: return "its data";
+    default: return "it";
+  }
+}
+
+static unsigned long long hostErrWord(const OsState* st) {
+  return st && st->herr ? *st->herr : 0ull;
+}
+
+static dpsResult_t osAsyncError(dpsComm_t comm) {
+  OsState* st = (OsState*)comm->backend_state;
+  unsigned long long w = hostErrWord(st);
+  if (w == 0) return dpsSuccess;
+  return dpsSetError(dpsTimeout,
+                     "onesided %s: rank %d did not arrive within %d ms (peer dead or stuck?); "
+                     "rank %d gave up waiting for %s. The communicator is unusable: destroy it",
+                     opName(DPS_OS_ERR_OP(w)), DPS_OS_ERR_PEER(w), comm->timeout_ms,
+                     comm->config.rank, waitName(DPS_OS_ERR_WAIT(w)));
+}
+
+/* Allocates, zeroes and registers a symmetric window; fills peer pointers. */
+static dpsResult_t windowCreate(dpsComm_t comm, OsWindow* w, size_t bytes, const char* what) {
+  OsState* st = (OsState*)comm->backend_state;
+  w->size = roundUp(bytes ? bytes : 1, OS_WIN_ROUND);
+  ncclResult_t nr = ncclMemAlloc(&w->base, w->size);
+  if (nr != ncclSuccess) {
+    w->base = NULL;
+    return dpsSetError(dpsNcclError,
+                       "onesided: ncclMemAlloc(%zu bytes) for the %s window failed: %s (NCCL needs "
+                       "cuMem support, NCCL_CUMEM_ENABLE must not be 0; or use backend=nccl)",
+                       w->size, what, ncclGetErrorString(nr));
+  }
+  /* Zero before registering: no peer can address it before registration
+   * completes on every rank. */
+  DPS_CUDA_CHECK(cudaMemset(w->base, 0, w->size));
+  DPS_CUDA_CHECK(cudaDeviceSynchronize());
+  nr = ncclCommWindowRegister(comm->nccl, w->base, w->size, &w->win, NCCL_WIN_COLL_SYMMETRIC);
+  if (nr != ncclSuccess) {
+    w->win = NULL;
+    return dpsSetError(dpsNcclError,
+                       "onesided: ncclCommWindowRegister(%zu bytes, NCCL_WIN_COLL_SYMMETRIC) for "
+                       "the %s window failed: %s",
+                       w->size, what, ncclGetErrorString(nr));
+  }
+  void* peers[DPS_OS_MAX_RANKS] = {0};
+  cudaError_t ce = dpsOsGetPeerPointers(w->win, st->tp, peers);
+  if (ce != cudaSuccess)
+    return dpsSetError(dpsCudaError, "onesided: reading the peer addresses of the %s window: %s",
+                       what, cudaGetErrorString(ce));
+  for (int r = 0; r < st->tp; ++r) {
+    if (peers[r] == NULL)
+      return dpsSetError(dpsInternalError, "onesided: %s window has no address for rank %d", what,
+                         r);
+    w->peer[r] = (char*)peers[r];
+  }
+  return dpsSuccess;
+}
+
+static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
+  if (w->win) {
+    /* After a timeout a peer may be gone and deregistration is collective:
+     * leave the window to NCCL's communicator teardown (abort/destroy frees
+     * windows that were not deregistered) instead of hanging here. */
+    if (!failed) {
+      ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
+      if (nr != ncclSuccess)
+        dpsLog(DPS_LOG_WARN, "onesided: ncclCommWindowDeregister failed: %s",
+               ncclGetErrorString(nr));
+    }
+    w->win = NULL;
+    if (failed) {
+      w->base = NULL; /* still registered: do not free */
+      return;
+    }
+  }
+  if (w->base) {
+    ncclResult_t nr = ncclMemFree(w->base);
+    if (nr != ncclSuccess)
+      dpsLog(DPS_LOG_WARN, "onesided: ncclMemFree failed: %s", ncclGetErrorString(nr));
+    w->base = NULL;
+  }
+}
+
+static void osDestroy(dpsComm_t comm) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (st == NULL) return;
+  int failed = hostErrWord(st) != 0;
+  /* same order on every rank (collective deregistration) */
+  windowDestroy(comm, &st->b, failed);
+  windowDestroy(comm, &st->a, failed);
+  if (st->outputs) cudaFree(st->outputs);
+  if (st->dstate) cudaFree(st->dstate);
+  if (st->herr) cudaFreeHost((void*)st->herr);
+  free(st);
+  comm->backend_state = NULL;
+  comm->swap_out = NULL;
+  comm->predict_out = comm->accept_index_out = comm->accept_length_out = NULL;
+  comm->logprobs_out = NULL;
+}
+
+static uint64_t envLLBytes(void) {
+  const char* s = getenv("DPSAMPLING_ONESIDED_LL_BYTES");
+  if (s == NULL || *s == '\0') return OS_DEFAULT_LL_BYTES;
+  char* end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') {
+    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_LL_BYTES='%s' is not a byte count; using %u", s,
+           OS_DEFAULT_LL_BYTES);
+    return OS_DEFAULT_LL_BYTES;
+  }
+  return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
+}
+
+/* Min over ranks of {SM count, LL threshold}. */
+static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
+  int64_t* dev = NULL;
+  cudaStream_t s = NULL;
+  dpsResult_t res = dpsSuccess;
+  cudaError_t ce = cudaMalloc((void**)&dev, sizeof(int64_t) * (size_t)count);
+  if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (ce == cudaSuccess)
+    ce = cudaMemcpyAsync(dev, vals, sizeof(int64_t) * (size_t)count, cudaMemcpyHostToDevice, s);
+  if (ce != cudaSuccess) {
+    res = dpsSetError(dpsCudaError, "onesided: creation exchange: %s", cudaGetErrorString(ce));
+    goto out;
+  }
+  ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)count, ncclInt64, ncclMin, comm->nccl, s);
+  if (nr != ncclSuccess) {
+    res = dpsSetError(dpsNcclError, "onesided: creation exchange: ncclAllReduce failed: %s",
+                      ncclGetErrorString(nr));
+    goto out;
+  }
+  ce = cudaMemcpyAsync(vals, dev, sizeof(int64_t) * (size_t)count, cudaMemcpyDeviceToHost, s);
+  if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+  if (ce != cudaSuccess)
+    res = dpsSetError(dpsCudaError, "onesided: creation exchange: %s", cudaGetErrorString(ce));
+out:
+  if (s) cudaStreamDestroy(s);
+  if (dev) cudaFree(dev);
+  return res;
+}
+
+static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
+  const dpsConfig_t* cfg = &comm->config;
+  st->tp = cfg->tp_size;
+  st->rank = cfg->rank;
+  st->n = cfg->num_tokens_per_req;
+  st->max_reqs = cfg->max_pad_bs / cfg->tp_size;
+  st->vocab = cfg->vocab_size;
+  if (st->tp > DPS_OS_MAX_RANKS)
+    return dpsSetError(dpsUnavailable,
+                       "onesided backend supports at most %d ranks, tp_size=%d (use backend=nccl)",
+                       DPS_OS_MAX_RANKS, st->tp);
+
+  int sms = 0;
+  DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
+  int64_t vals[2] = {sms, (int64_t)envLLBytes()};
+  DPS_CHECK(agree(comm, vals, 2));
+  st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
+  st->ll_bytes = (uint64_t)vals[1];
+
+  /* error word: device copy + mapped pinned host copy */
+  DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
+  DPS_CUDA_CHECK(cudaMemset(st->dstate, 0, sizeof(dpsOsDevState)));
+  void* h = NULL;
+  DPS_CUDA_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+  memset(h, 0, 64);
+  st->herr = (volatile unsigned long long*)h;
+  DPS_CUDA_CHECK(cudaHostGetDevicePointer((void**)&st->herr_dev, h, 0));
+
+  /* verify outputs (plain device memory) */
+  uint64_t rowsN = 0, tmp = 0;
+  if (!dpsMulOk((uint64_t)cfg->max_pad_bs, (uint64_t)st->n, &rowsN) ||
+      !dpsMulOk(rowsN, 4, &tmp))
+    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
+  size_t seg = roundUp((size_t)rowsN * 4, 256);
+  size_t segl = roundUp((size_t)cfg->max_pad_bs * 4, 256);
+  DPS_CUDA_CHECK(cudaMalloc(&st->outputs, 3 * seg + segl));
+  DPS_CUDA_CHECK(cudaMemset(st->outputs, 0, 3 * seg + segl));
+  char* o = (char*)st->outputs;
+  comm->predict_out = (int32_t*)o;
+  comm->accept_index_out = (int32_t*)(o + seg);
+  comm->logprobs_out = (float*)(o + 2 * seg);
+  comm->accept_length_out = (int32_t*)(o + 3 * seg);
+
+  /* window A */
+  st->cap_out = ((int64_t)st->max_reqs * (2 * st->n + 1) + 1) / 2;
+  st->cap_lp = ((int64_t)st->max_reqs * st->n + 1) / 2;
+  size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
+  st->off_gout = roundUp(flags, 256);
+  st->off_glp = st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * 16u, 256);
+  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * 16u;
+  DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
+
+  dpsLog(DPS_LOG_INFO,
+         "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes",
+         st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size);
+  return dpsSuccess;
+}
+
+static dpsResult_t osInit(dpsComm_t comm) {
+  OsState* st = (OsState*)calloc(1, sizeof(OsState));
+  if (st == NULL) return dpsSetError(dpsSystemError, "out of host memory");
+  comm->backend_state = st;
+  dpsResult_t r = osInitImpl(comm, st);
+  /* on failure the core calls destroy(), which frees what exists */
+  return r;
+}
+
+static dpsResult_t osPrepare(dpsComm_t comm) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (st == NULL) return dpsSetError(dpsInternalError, "onesided: prepare before init");
+  if (st->prepared) return dpsSuccess;
+  size_t esize = dpsDataTypeSize(comm->dtype);
+  if (esize == 0)
+    return dpsSetError(dpsInternalError, "onesided: prepare with dtype=%d", (int)comm->dtype);
+  uint64_t rowsN, outBytes, chunk;
+  if (!dpsMulOk((uint64_t)st->max_reqs, (uint64_t)st->n, &rowsN) ||
+      !dpsMulOk(rowsN, (uint64_t)st->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes))
+    return dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
+  chunk = outBytes / (uint64_t)st->tp; /* per-peer chunk at max_pad_bs */
+  uint64_t llMax = st->ll_bytes < chunk ? st->ll_bytes : chunk;
+  st->cap_sw = (int64_t)((llMax + 7) / 8);
+  st->off_swll = roundUp((size_t)outBytes, 256);
+  size_t bytesB = st->off_swll + 2u * (size_t)st->tp * (size_t)st->cap_sw * 16u;
+  st->esize = esize;
+  DPS_CHECK(windowCreate(comm, &st->b, bytesB, "swap output"));
+  comm->swap_out = st->b.base;
+  st->prepared = 1;
+  dpsLog(DPS_LOG_INFO, "onesided rank %d: swap window %zu bytes (%s, LL staging %lld lines)",
+         st->rank, st->b.size, dpsDataTypeName(comm->dtype), (long long)st->cap_sw);
+  return dpsSuccess;
+}
+
+static dpsOsCommon common(dpsComm_t comm, const OsState* st) {
+  dpsOsCommon c;
+  c.tp = st->tp;
+  c.rank = st->rank;
+  c.state = st->dstate;
+  c.host_err = st->herr_dev;
+  c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
+  return c;
+}
+
+static int clampGrid(uint64_t want, int cap) {
+  if (want < 1) return 1;
+  return want > (uint64_t)cap ? cap : (int)want;
+}
+
+static dpsResult_t osSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (hostErrWord(st)) return osAsyncError(comm);
+  if (!st->prepared)
+    return dpsSetError(dpsInternalError, "onesided swap: the swap buffers were not prepared");
+  uintptr_t addr = (uintptr_t)in;
+  if (addr % 2 != 0)
+    return dpsSetError(dpsInvalidArgument, "swap_batch_vocab: local_logits=%p is not 2-byte aligned",
+                       in);
+  dpsOsSwapArgs a;
+  memset(&a, 0, sizeof a);
+  a.c = common(comm, st);
+  a.in = (const char*)in;
+  a.out = (char*)st->b.base;
+  a.flags = (unsigned long long*)st->a.base;
+  a.ll = (char*)st->b.base + st->off_swll;
+  for (int r = 0; r < st->tp; ++r) {
+    a.out_peer.p[r] = st->b.peer[r];
+    a.flags_peer.p[r] = st->a.peer[r];
+    a.ll_peer.p[r] = st->b.peer[r] + st->off_swll;
+  }
+  const int reqs = pad_bs / st->tp;
+  a.rows = (long long)reqs * st->n;
+  a.row_bytes = (long long)(st->vocab / st->tp) * (long long)st->esize;
+  a.out_row_bytes = (long long)st->vocab * (long long)st->esize;
+  a.ll_cap = st->cap_sw;
+  a.max_blocks = st->maxb;
+  const uint64_t S = (uint64_t)a.rows * (uint64_t)a.row_bytes; /* per-peer chunk */
+  const uint64_t C = (uint64_t)a.row_bytes;
+
+  int path, width, grid;
+  if (S <= st->ll_bytes && (S + 7) / 8 <= (uint64_t)st->cap_sw) {
+    path = 1;
+    width = (C % 8 == 0 && addr % 8 == 0) ? 8 : (C % 4 == 0 && addr % 4 == 0) ? 4 : 2;
+    grid = clampGrid(((S + 7) / 8 + OS_LL_LINES_PER_BLOCK - 1) / OS_LL_LINES_PER_BLOCK, st->maxb);
+  } else {
+    path = 0;
+    width = (C % 16 == 0 && addr % 16 == 0) ? 16
+            : (C % 8 == 0 && addr % 8 == 0) ? 8
+            : (C % 4 == 0 && addr % 4 == 0) ? 4
+                                            : 2;
+    grid = clampGrid((S + OS_DIRECT_BYTES_PER_BLOCK - 1) / OS_DIRECT_BYTES_PER_BLOCK, st->maxb);
+  }
+  cudaError_t ce = dpsOsLaunchSwap(&a, path, width, grid, stream);
+  if (ce != cudaSuccess)
+    return dpsSetError(dpsCudaError, "onesided swap: kernel launch (%s, %d B, grid %d) failed: %s",
+                       path ? "LL" : "direct", width, grid, cudaGetErrorString(ce));
+  return dpsSuccess;
+}
+
+static dpsResult_t launchGather(dpsComm_t comm, OsState* st, dpsOsGatherArgs* a, size_t off,
+                                int64_t cap, cudaStream_t stream) {
+  a->c = common(comm, st);
+  a->stage = (char*)st->a.base + off;
+  for (int r = 0; r < st->tp; ++r) a->stage_peer.p[r] = st->a.peer[r] + off;
+  a->cap = cap;
+  a->total = a->count[0] + a->count[1] + a->count[2];
+  const uint64_t lines = (uint64_t)(a->total + 1) / 2;
+  int cap_blocks = st->maxb < OS_GATHER_MAX_BLOCKS ? st->maxb : OS_GATHER_MAX_BLOCKS;
+  int grid = clampGrid((lines + DPS_OS_GATHER_THREADS - 1) / DPS_OS_GATHER_THREADS, cap_blocks);
+  cudaError_t ce = dpsOsLaunchGather(a, grid, stream);
+  if (ce != cudaSuccess)
+    return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),
+                       cudaGetErrorString(ce));
+  return dpsSuccess;
+}
+
+static dpsResult_t osGatherOutputs(dpsComm_t comm, const int32_t* predict,
+                                   const int32_t* accept_index, const int32_t* accept_length,
+                                   int pad_bs, cudaStream_t stream) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (hostErrWord(st)) return osAsyncError(comm);
+  const long long reqs = pad_bs / st->tp;
+  dpsOsGatherArgs a;
+  memset(&a, 0, sizeof a);
+  a.op = DPS_OS_OP_GATHER_OUTPUTS;
+  a.nseg = 3;
+  a.in[0] = (const uint32_t*)predict;
+  a.in[1] = (const uint32_t*)accept_index;
+  a.in[2] = (const uint32_t*)accept_length;
+  a.out[0] = (uint32_t*)comm->predict_out;
+  a.out[1] = (uint32_t*)comm->accept_index_out;
+  a.out[2] = (uint32_t*)comm->accept_length_out;
+  a.count[0] = reqs * st->n;
+  a.count[1] = reqs * st->n;
+  a.count[2] = reqs;
+  return launchGather(comm, st, &a, st->off_gout, st->cap_out, stream);
+}
+
+static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
+                                    cudaStream_t stream) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (hostErrWord(st)) return osAsyncError(comm);
+  const long long reqs = pad_bs / st->tp;
+  dpsOsGatherArgs a;
+  memset(&a, 0, sizeof a);
+  a.op = DPS_OS_OP_GATHER_LOGPROBS;
+  a.nseg = 1;
+  a.in[0] = (const uint32_t*)in;
+  a.out[0] = (uint32_t*)comm->logprobs_out;
+  a.count[0] = reqs * st->n;
+  return launchGather(comm, st, &a, st->off_glp, st->cap_lp, stream);
+}
+
+const dpsBackendOps dpsOnesidedBackendOps = {
+    "onesided",      osInit,           osPrepare,    osSwap, osGatherOutputs,
+    osGatherLogprobs, osAsyncError, osDestroy,
+};
