@@ -108,6 +108,16 @@ GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeo
   return 0;
 }
 
+/* DPS_TEST_SMALL=1 (runs under compute-sanitizer, which is slow): a case
+ * whose full logits pad_bs*N*V exceed 1 Mi elements is skipped, and says so. */
+GT_FN int gtSkipLarge(const char* test, int64_t pad_bs, int64_t n, int64_t vocab) {
+  const char* v = getenv("DPS_TEST_SMALL");
+  if (v == NULL || v[0] == '\0' || v[0] == '0' || pad_bs * n * vocab <= (1 << 20)) return 0;
+  printf("%s: DPS_TEST_SMALL: skipping %lldx%lldx%lld\n", test, (long long)pad_bs, (long long)n,
+         (long long)vocab);
+  return 1;
+}
+
 /* ---- communicators --------------------------------------------------------- */
 GT_FN dpsConfig_t gtConfig(int rank, int tp, int max_pad_bs, int n, int64_t vocab,
                             dpsDataType_t dtype, dpsBackend_t backend) {

@@ -54,6 +54,7 @@ static int runCase(int rank, int tp, dpsBackend_t backend, const SwapCase* sc, i
   if (sc->max_pad_bs % tp != 0) return 0;
   const int64_t vocab = sc->vocab_abs ? sc->vocab_abs : sc->vocab_per_rank * tp;
   if (vocab % tp != 0) return 0;
+  if (gtSkipLarge("test_gpu_swap", sc->max_pad_bs, sc->n, vocab)) return 0;
   if (rank == 0) {
     printf("  [%s] tp=%d %s: max_pad_bs=%d N=%d V=%lld\n", dpsBackendName(backend), tp, sc->what,
            sc->max_pad_bs, sc->n, (long long)vocab);
