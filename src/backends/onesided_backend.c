@@ -393,8 +393,7 @@ static dpsResult_t launchGather(dpsComm_t comm, OsState* st, dpsOsGatherArgs* a,
   a->total = a->count[0] + a->count[1] + a->count[2];
   const uint64_t lines = (uint64_t)(a->total + 1) / 2;
   int cap_blocks = st->maxb < OS_GATHER_MAX_BLOCKS ? st->maxb : OS_GATHER_MAX_BLOCKS;
-  int grid = clampGrid((lines + DPS_OS_GATHER_LINES_PER_BLOCK - 1) / DPS_OS_GATHER_LINES_PER_BLOCK,
-                       cap_blocks);
+  int grid = clampGrid((lines + DPS_OS_GATHER_THREADS - 1) / DPS_OS_GATHER_THREADS, cap_blocks);
   cudaError_t ce = dpsOsLaunchGather(a, grid, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),

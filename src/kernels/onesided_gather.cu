@@ -46,27 +46,21 @@ __device__ __forceinline__ void storeOut(const dpsOsGatherArgs& a, int src, u64 
 
 __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGatherArgs a) {
   const dpsOsCommon& c = a.c;
-  const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
-  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  /* Prefetch the first line before the epoch: both loads are in flight at once. */
-  uint32_t pre0 = 0u, pre1 = 0u;
-  if (first < L) {
-    pre0 = loadPacked(a, 2 * first);
-    if (2 * first + 1 < P) pre1 = loadPacked(a, 2 * first + 1);
-  }
   const u64 e = beginEpoch(c, a.op);
   if (e == 0) return;
   const u64 t0 = globalTimer();
   const int tp = c.tp, me = c.rank;
   const uint32_t flag = llFlag(e);
   const int par = (int)(e & 1);
+  const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
 
   for (u64 l = first; l < L; l += stride) {
     const u64 j = 2 * l;
     const bool two = j + 1 < P;
-    const uint32_t v0 = l == first ? pre0 : loadPacked(a, j);
-    const uint32_t v1 = l == first ? pre1 : two ? loadPacked(a, j + 1) : 0u;
+    const uint32_t v0 = loadPacked(a, j);
+    const uint32_t v1 = two ? loadPacked(a, j + 1) : 0u;
     for (int k = 1; k < tp; ++k) {
       const int p = (me + k) % tp;
       stLine(a.stage_peer.p[p] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), v0, v1, flag);

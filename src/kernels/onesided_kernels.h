@@ -133,10 +133,7 @@ typedef struct {
 cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, cudaStream_t stream);
 
 #define DPS_OS_SWAP_THREADS 512
-#define DPS_OS_GATHER_THREADS 1024
-/* Lines one gather block handles: one block (no cross-block epoch ticket) up
- * to 4096 lines per peer, i.e. every pad_bs <= 512, N <= 8 verify gather. */
-#define DPS_OS_GATHER_LINES_PER_BLOCK 4096
+#define DPS_OS_GATHER_THREADS 256
 
 /* ---- setup (onesided_setup.cu; the only place that includes nccl_device.h) */
 /* Writes the base address of every rank's registration of `win` (offset 0)
@@ -225,15 +222,15 @@ __device__ __forceinline__ bool waitFlagGe(const u64* f, u64 e, const dpsOsCommo
 }
 
 /* Kernel prologue: the epoch this kernel works on, or 0 if the communicator
- * already failed (then the whole block returns at once). Every thread reads
- * the two words itself (plain loads: they were written by earlier kernels on
- * this device, visible at the kernel boundary), so the reads overlap with the
- * caller's prefetch of its inputs instead of costing a load + __syncthreads
- * on the latency path. Block-uniform: the words do not change until the last
- * block of this kernel publishes the epoch. */
+ * already failed (then the whole block returns at once). Block-uniform. */
 __device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
-  const u64 err = __ldcg(&c.state->err), ep = __ldcg(&c.state->epoch[op]);
-  return err != 0 ? 0ull : ep + 1ull;
+  __shared__ u64 s_epoch;
+  if (threadIdx.x == 0) {
+    const u64 err = ldVolatile(&c.state->err), ep = ldVolatile(&c.state->epoch[op]);
+    s_epoch = err != 0 ? 0ull : ep + 1ull;
+  }
+  __syncthreads();
+  return s_epoch;
 }
 
 /* Kernel epilogue: the last block to finish publishes the epoch. */
