@@ -38,7 +38,6 @@
 #define OS_WIN_ROUND ((size_t)2 << 20) /* windows are whole 2 MiB granules */
 #define OS_DIRECT_BYTES_PER_BLOCK ((uint64_t)32 * 1024)
 #define OS_LL_LINES_PER_BLOCK 1024
-#define OS_GATHER_MAX_BLOCKS 64
 
 typedef struct {
   void* base;
@@ -391,9 +390,11 @@ static dpsResult_t launchGather(dpsComm_t comm, OsState* st, dpsOsGatherArgs* a,
   for (int r = 0; r < st->tp; ++r) a->stage_peer.p[r] = st->a.peer[r] + off;
   a->cap = cap;
   a->total = a->count[0] + a->count[1] + a->count[2];
-  const uint64_t lines = (uint64_t)(a->total + 1) / 2;
-  int cap_blocks = st->maxb < OS_GATHER_MAX_BLOCKS ? st->maxb : OS_GATHER_MAX_BLOCKS;
-  int grid = clampGrid((lines + DPS_OS_GATHER_THREADS - 1) / DPS_OS_GATHER_THREADS, cap_blocks);
+  /* The grid depends on the capacity (max_pad_bs), never on this call's
+   * pad_bs: each block keeps its own epoch over a fixed set of lines. */
+  int cap_blocks = st->maxb < DPS_OS_GATHER_MAX_BLOCKS ? st->maxb : DPS_OS_GATHER_MAX_BLOCKS;
+  int grid = clampGrid(((uint64_t)cap + DPS_OS_GATHER_THREADS - 1) / DPS_OS_GATHER_THREADS,
+                       cap_blocks);
   cudaError_t ce = dpsOsLaunchGather(a, grid, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),

@@ -6,9 +6,11 @@
  * {v[2l], flag, v[2l+1], flag} into every peer's staging[parity][me][l]
  * (parity = epoch & 1, flag = llFlag(epoch)). The receiver polls its own
  * staging[parity][src][l] until both flags match and writes the values into
- * its persistent outputs; its own values are copied directly. Block b sends
- * and receives lines b*threads + tid (grid-stride), so no block waits for
- * another block of its own rank.
+ * its persistent outputs; its own values are copied directly. The grid is
+ * fixed at creation: block b sends and receives lines b*threads + tid
+ * (grid-stride), the same lines on every call and every rank, and keeps its
+ * own epoch, so no block waits for another block of its own rank. Every call
+ * has at least one line per rank, so every call waits for every peer.
  *
  * Double buffering by parity is safe: a peer at call e+1 has received my data
  * of call e, which I only send after my call e-1 kernel (the last reader of
@@ -46,21 +48,28 @@ __device__ __forceinline__ void storeOut(const dpsOsGatherArgs& a, int src, u64 
 
 __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGatherArgs a) {
   const dpsOsCommon& c = a.c;
-  const u64 e = beginEpoch(c, a.op);
+  const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  /* Issue the first line's input loads before the epoch read, so that the
+   * two latencies overlap instead of adding up. */
+  uint32_t pre0 = 0u, pre1 = 0u;
+  if (first < L) {
+    pre0 = loadPacked(a, 2 * first);
+    if (2 * first + 1 < P) pre1 = loadPacked(a, 2 * first + 1);
+  }
+  const u64 e = beginBlockEpoch(c, a.op);
   if (e == 0) return;
   const u64 t0 = globalTimer();
   const int tp = c.tp, me = c.rank;
   const uint32_t flag = llFlag(e);
   const int par = (int)(e & 1);
-  const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
-  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const u64 stride = (u64)gridDim.x * blockDim.x;
 
   for (u64 l = first; l < L; l += stride) {
     const u64 j = 2 * l;
     const bool two = j + 1 < P;
-    const uint32_t v0 = loadPacked(a, j);
-    const uint32_t v1 = two ? loadPacked(a, j + 1) : 0u;
+    const uint32_t v0 = l == first ? pre0 : loadPacked(a, j);
+    const uint32_t v1 = l == first ? pre1 : two ? loadPacked(a, j + 1) : 0u;
     for (int k = 1; k < tp; ++k) {
       const int p = (me + k) % tp;
       stLine(a.stage_peer.p[p] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), v0, v1, flag);
@@ -91,7 +100,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGat
     }
   }
   if (__syncthreads_or(fail)) return;
-  finishEpoch(c, a.op, e);
+  finishBlockEpoch(c, a.op, e);
 }
 
 }  // namespace

@@ -8,11 +8,13 @@
  * timeout), not NCCL's LSA barrier, because an LSA barrier waits forever when
  * a peer is gone. Hence no ncclDevComm is created: only windows.
  *
- * Epochs: each operation has a 64-bit counter in device memory
+ * Epochs: the swap has a 64-bit counter in device memory
  * (dpsOsDevState.epoch[op]). Every block of a kernel reads it at start and
  * works on epoch+1; the last block to finish (atomic ticket) stores epoch+1,
- * so the next kernel of that operation on the stream sees the new value. No
- * host-side epoch: CUDA graph replays advance it like eager calls.
+ * so the next kernel of that operation on the stream sees the new value. The
+ * gathers run a fixed grid and keep one counter per block instead (no ticket
+ * on their latency path). No host-side epoch: CUDA graph replays advance them
+ * like eager calls.
  */
 #ifndef DPS_ONESIDED_KERNELS_H_
 #define DPS_ONESIDED_KERNELS_H_
@@ -52,12 +54,19 @@ enum {
 #define DPS_OS_ERR_OP(w) ((int)(((w) >> 32) & 0xffu))
 #define DPS_OS_ERR_WAIT(w) ((int)(((w) >> 40) & 0xffu))
 
+/* The gathers run a grid fixed at creation (a function of max_pad_bs only),
+ * so block b always owns the same staging lines and keeps its own epoch:
+ * no cross-block ticket on the latency path. */
+#define DPS_OS_GATHER_MAX_BLOCKS 64
+
 /* Local (not symmetric) device state, zeroed at creation. */
 typedef struct {
-  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op */
+  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op (swap) */
   unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
   unsigned int pad_;
   unsigned long long err;                   /* first failure wins (atomicCAS) */
+  /* gathers: last completed epoch of block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b] */
+  unsigned long long block_epoch[2][DPS_OS_GATHER_MAX_BLOCKS];
 } dpsOsDevState;
 
 typedef struct {
@@ -231,6 +240,26 @@ __device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
   }
   __syncthreads();
   return s_epoch;
+}
+
+/* Gathers: block b's own epoch (see DPS_OS_GATHER_MAX_BLOCKS), or 0 if the
+ * communicator already failed. Block-uniform. */
+__device__ __forceinline__ u64 beginBlockEpoch(const dpsOsCommon& c, int op) {
+  __shared__ u64 s_epoch;
+  if (threadIdx.x == 0) {
+    const u64 err = ldVolatile(&c.state->err);
+    const u64 ep = ldVolatile(&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x]);
+    s_epoch = err != 0 ? 0ull : ep + 1ull;
+  }
+  __syncthreads();
+  return s_epoch;
+}
+
+/* Gathers: after the block's last read of its epoch (callers pass a barrier
+ * first), publish it for the next kernel of this op on the stream. */
+__device__ __forceinline__ void finishBlockEpoch(const dpsOsCommon& c, int op, u64 e) {
+  if (threadIdx.x == 0)
+    *(volatile u64*)&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x] = e;
 }
 
 /* Kernel epilogue: the last block to finish publishes the epoch. */

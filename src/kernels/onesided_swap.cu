@@ -248,22 +248,26 @@ __device__ __forceinline__ void unpackPayload(const dpsOsSwapArgs& a, int src, u
 template <int LU>
 __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArgs a) {
   const dpsOsCommon& c = a.c;
-  const u64 e = beginEpoch(c, DPS_OS_OP_SWAP);
-  if (e == 0) return;
-  const u64 t0 = globalTimer();
   const int tp = c.tp, me = c.rank, b = blockIdx.x, G = gridDim.x;
-  const uint32_t flag = llFlag(e);
-  const int par = (int)(e & 1);
   const u64 S = (u64)a.rows * (u64)a.row_bytes;
   const u64 L = (S + 7) / 8;
   const u64 lb = L * (u64)b / (u64)G, le = L * (u64)(b + 1) / (u64)G;
   const u64 cap = (u64)a.ll_cap;
+  /* Issue the first payload load (first peer) before the epoch read. */
+  const u64 l0 = lb + threadIdx.x;
+  const uint2 pre = (l0 < le && tp > 1) ? loadPayload<LU>(a.in + (u64)((me + 1) % tp) * S, S, l0)
+                                        : make_uint2(0u, 0u);
+  const u64 e = beginEpoch(c, DPS_OS_OP_SWAP);
+  if (e == 0) return;
+  const u64 t0 = globalTimer();
+  const uint32_t flag = llFlag(e);
+  const int par = (int)(e & 1);
 
   /* send to every peer, copy my own chunk */
-  for (u64 l = lb + threadIdx.x; l < le; l += blockDim.x) {
+  for (u64 l = l0; l < le; l += blockDim.x) {
     for (int k = 1; k < tp; ++k) {
       const int p = (me + k) % tp;
-      const uint2 d = loadPayload<LU>(a.in + (u64)p * S, S, l);
+      const uint2 d = (l == l0 && k == 1) ? pre : loadPayload<LU>(a.in + (u64)p * S, S, l);
       stLine(a.ll_peer.p[p] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), d.x, d.y, flag);
     }
     unpackPayload<LU>(a, me, l, loadPayload<LU>(a.in + (u64)me * S, S, l));
