@@ -32,10 +32,12 @@ for st in $stages; do
     compare)
       PYTHONPATH=$PWD/$BUILD/python python3 bench/compare_torch.py 2>&1 | tee "$LOGDIR/compare.log" || rc=1 ;;
     sanitize)
-      for t in $BUILD/tests/test_gpu_*; do
-        for tool in memcheck racecheck synccheck; do
+      # NCCL probes CUDA APIs that fail by design (cuMemCreate with fabric
+      # handles, kernels not built for this arch): report kernel errors only.
+      for t in ${SAN_TESTS:-$BUILD/tests/test_gpu_*}; do
+        for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
           echo "--- $tool $t"
-          DPS_TEST_SMALL=1 compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 \
+          DPS_TEST_SMALL=1 compute-sanitizer --tool $tool --report-api-errors no --target-processes all --error-exitcode 9 \
             $t >/tmp/san.log 2>&1; r=$?
           cat /tmp/san.log >>"$LOGDIR/sanitize.log"; tail -3 /tmp/san.log; [ $r -eq 0 ] || rc=1
         done
