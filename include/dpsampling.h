@@ -200,7 +200,10 @@ dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
 /* Waits for all device work queued on the communicator's device, then frees
  * every buffer (and the NCCL communicator if the library created it). All
  * ranks should destroy together: the onesided backend deregisters a symmetric
- * window, which is collective. NULL is a no-op. */
+ * window, which is collective. After a dpsTimeout that deregistration is
+ * skipped (the peer may be gone): the window is then released with its NCCL
+ * communicator, aborted here if the library created it, else when the caller
+ * destroys or aborts the borrowed one. NULL is a no-op. */
 dpsResult_t dpsCommDestroy(dpsComm_t comm);
 
 /* ------------------------------------------------------------------------- */
