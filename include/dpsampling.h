@@ -226,7 +226,8 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
  * synchronize. *async_error is dpsSuccess, or dpsTimeout once a one-sided
  * kernel gave up waiting for a peer (dpsGetLastError() then names the peer
  * and the operation). A communicator in error fails every later operation
- * with the same status; destroy it and create a new one. */
+ * that passes its argument checks with the same status; destroy it and
+ * create a new one. */
 dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* ------------------------------------------------------------------------- */
@@ -234,9 +235,9 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* Fixes the logits dtype if it is still unset and allocates the buffers that
  * depend on it (collective when it allocates; do it outside graph capture).
- * If the dtype is already fixed (at creation, by an earlier prepare, or by the
- * first swap) this is a no-op that succeeds whatever dtype is passed: the
- * communicator keeps its dtype. */
+ * dtype must be fp32, bf16 or fp16. If the dtype is already fixed (at
+ * creation, by an earlier prepare, or by the first swap) this is a no-op that
+ * succeeds for any of the three: the communicator keeps its dtype. */
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
 
 /* swap_batch_vocab.

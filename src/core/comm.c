@@ -63,13 +63,27 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* id) {
   return dpsSuccess;
 }
 
-static int envTimeoutMs(void) {
+/* The effective one-sided timeout: config, else DPSAMPLING_TIMEOUT_MS (a
+ * whole number of milliseconds, digits only), else the default. */
+static dpsResult_t resolveTimeoutMs(const dpsConfig_t* config, int* ms) {
+  if (config->timeout_ms > 0) {
+    *ms = config->timeout_ms;
+    return dpsSuccess;
+  }
   const char* v = getenv("DPSAMPLING_TIMEOUT_MS");
-  if (v == NULL || v[0] == '\0') return -1;
+  if (v == NULL || v[0] == '\0') {
+    *ms = DPS_DEFAULT_TIMEOUT_MS;
+    return dpsSuccess;
+  }
   char* end = NULL;
-  long ms = strtol(v, &end, 10);
-  if (*end != '\0' || ms <= 0 || ms > 24L * 3600 * 1000) return -2;
-  return (int)ms;
+  long val = (v[0] >= '0' && v[0] <= '9') ? strtol(v, &end, 10) : -1;
+  if (val < 1 || val > 24L * 3600 * 1000 || end == NULL || *end != '\0')
+    return dpsSetError(dpsInvalidArgument,
+                       "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
+                       "[1, 86400000]",
+                       v);
+  *ms = (int)val;
+  return dpsSuccess;
 }
 
 /* Every rank must agree on the shape and the backend, or the first
@@ -164,18 +178,8 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   comm->dtype = dpsDtypeUnset;
   comm->config.cuda_device = device;
 
-  dpsResult_t res = dpsSuccess;
-  int env_ms = envTimeoutMs();
-  if (env_ms == -2) {
-    res = dpsSetError(dpsInvalidArgument,
-                      "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
-                      "[1, 86400000]",
-                      getenv("DPSAMPLING_TIMEOUT_MS"));
-    goto fail;
-  }
-  comm->timeout_ms = config->timeout_ms > 0 ? config->timeout_ms
-                     : env_ms > 0           ? env_ms
-                                            : DPS_DEFAULT_TIMEOUT_MS;
+  dpsResult_t res = resolveTimeoutMs(config, &comm->timeout_ms);
+  if (res != dpsSuccess) goto fail;
 
   int count = 0, urank = 0;
   if (ncclCommCount(nccl, &count) != ncclSuccess || ncclCommUserRank(nccl, &urank) != ncclSuccess) {
@@ -276,10 +280,14 @@ dpsResult_t dpsCommCreateDetached(dpsComm_t* out, const dpsConfig_t* config, dps
   comm->backend = backend;
   comm->dtype = dpsDtypeUnset;
   comm->device = config->cuda_device < 0 ? 0 : config->cuda_device;
-  comm->timeout_ms = config->timeout_ms > 0 ? config->timeout_ms : DPS_DEFAULT_TIMEOUT_MS;
   comm->detached = 1;
   comm->ops = ops;
-  dpsResult_t r = ops->init ? ops->init(comm) : dpsSuccess;
+  dpsResult_t r = resolveTimeoutMs(config, &comm->timeout_ms);
+  if (r != dpsSuccess) {
+    free(comm);
+    return r;
+  }
+  r = ops->init ? ops->init(comm) : dpsSuccess;
   if (r == dpsSuccess && config->logits_dtype != dpsDtypeUnset)
     r = prepareDtype(comm, config->logits_dtype);
   if (r != dpsSuccess) {
@@ -298,17 +306,21 @@ dpsResult_t dpsCommDestroy(dpsComm_t comm) {
   }
   dpsDeviceGuard g;
   dpsResult_t res = dpsDeviceEnter(&g, comm->device);
-  if (res != dpsSuccess) return res;
-  /* Queued work may still read or write our buffers: wait for it. */
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess)
-    res = dpsSetError(dpsCudaError, "dpsCommDestroy: cudaDeviceSynchronize failed: %s",
-                      cudaGetErrorString(e));
-  if (comm->ops && comm->ops->async_error && !comm->sticky_error &&
-      comm->ops->async_error(comm) != dpsSuccess)
-    comm->sticky_error = dpsTimeout;
+  if (res == dpsSuccess) {
+    /* Queued work may still read or write our buffers: wait for it. */
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+      res = dpsSetError(dpsCudaError, "dpsCommDestroy: cudaDeviceSynchronize failed: %s",
+                        cudaGetErrorString(e));
+  }
+  if (comm->ops && comm->ops->async_error && !comm->sticky_error) {
+    dpsResult_t a = comm->ops->async_error(comm);
+    if (a != dpsSuccess) comm->sticky_error = a;
+  }
+  /* Free even when the device could not be entered or synchronized: the
+   * caller has no other way to release the communicator. */
   freeComm(comm);
-  dpsDeviceLeave(&g);
+  dpsDeviceLeave(&g); /* no-op unless the enter switched */
   return res;
 }
 
@@ -333,9 +345,13 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
 /* Returns the communicator's error, making an asynchronous one sticky. */
 static dpsResult_t commHealth(dpsComm_t comm) {
   if (comm->sticky_error) {
-    if (comm->ops->async_error) (void)comm->ops->async_error(comm); /* refresh the message */
-    else dpsSetError((dpsResult_t)comm->sticky_error, "the communicator failed earlier");
-    return (dpsResult_t)comm->sticky_error;
+    const dpsResult_t sticky = (dpsResult_t)comm->sticky_error;
+    /* Prefer the backend's own account (it names the peer); else say what happened. */
+    if (comm->ops->async_error == NULL || comm->ops->async_error(comm) == dpsSuccess)
+      dpsSetError(sticky,
+                  "the communicator failed earlier with %s; destroy it and create a new one",
+                  dpsGetErrorString(sticky));
+    return sticky;
   }
   if (comm->ops->async_error) {
     dpsResult_t r = comm->ops->async_error(comm);

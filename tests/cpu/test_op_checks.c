@@ -3,7 +3,9 @@
  * bad calls fail with a message naming the argument, reach no backend and
  * write no output; good calls reach the backend once and return the
  * persistent buffers; dtype locking and sticky asynchronous errors. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fixtures.h"
@@ -218,14 +220,47 @@ static int testStickyAsyncError(void) {
   rec.async_error = dpsSuccess; /* still sticky: the communicator stays broken */
   void* out = SENTINEL;
   FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL), dpsTimeout,
-               "");
+               "failed earlier with dpsTimeout; destroy it");
   FX_CHECK(out == SENTINEL && rec.swap == 0, "a broken communicator ran an operation");
   FX_CHECK_OK(dpsCommDestroy(comm));
   return 0;
 }
 
+static int testTimeoutEnv(void) {
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  dpsCommInfo_t info;
+  unsetenv("DPSAMPLING_TIMEOUT_MS");
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.timeout_ms == 5000, "default timeout %d ms", info.timeout_ms);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  setenv("DPSAMPLING_TIMEOUT_MS", "250", 1);
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.timeout_ms == 250, "env timeout %d ms", info.timeout_ms);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  cfg.timeout_ms = 40; /* the config wins over the environment */
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.timeout_ms == 40, "config timeout %d ms", info.timeout_ms);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  cfg.timeout_ms = 0;
+  const char* bad[] = {"abc", " 5", "+5", "0", "-3", "12ms", "86400001"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    setenv("DPSAMPLING_TIMEOUT_MS", bad[i], 1);
+    comm = SENTINEL;
+    FX_CHECK_ERR(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake),
+                 dpsInvalidArgument, "DPSAMPLING_TIMEOUT_MS=");
+    FX_CHECK(comm == SENTINEL, "comm written on error (value '%s')", bad[i]);
+  }
+  unsetenv("DPSAMPLING_TIMEOUT_MS");
+  return 0;
+}
+
 int main(void) {
   int fails = 0;
+  fails += testTimeoutEnv();
   fails += testSwapChecks();
   fails += testGatherChecks();
   fails += testDtypeLock();
