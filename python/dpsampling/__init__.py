@@ -228,6 +228,26 @@ def _process_group(dist, group):
     return pg
 
 
+def _warn_nccl_mismatch():
+    """The one-sided backend reads NCCL's device-API structures, so the NCCL
+    that runs (torch's, when torch loaded libnccl.so.2 first) must be the one
+    the extension was built against. Say so once instead of misbehaving."""
+    try:
+        built, running = _C.NCCL_HEADER_VERSION, _C.nccl_version()
+    except Exception:  # diagnostics only: never block a bootstrap
+        return
+    if built != running:
+        import warnings
+
+        warnings.warn(
+            f"dpsampling was built against NCCL {built} but NCCL {running} is loaded "
+            "(torch's, most likely); rebuild it against that one (pip install . does so "
+            "when the nvidia-nccl package is installed) or use backend='nccl'",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def _group_nccl(group=None):
     """The group's shared NCCL communicator (collective over the group the
     first time: rank 0 makes the id, torch.distributed broadcasts it)."""
@@ -240,6 +260,7 @@ def _group_nccl(group=None):
         if g is not None:
             return g
         torch = _torch()
+        _warn_nccl_mismatch()
         me = _rank_in_group(group)
         device = torch.cuda.current_device()
         if len(group) == 1:
