@@ -431,16 +431,26 @@ static int dtype_code_of(PyObject* o, int allow_none, const char* name) {
   return -2;
 }
 
+/* pad_bs implied by a [pad_bs/tp, ...] input: rows*tp, or -1 (rejected by
+ * pad_bs_arg) when that does not fit in an int. */
+static long inferred_pad_bs(int64_t rows, int tp) {
+  if (rows < 0 || tp < 1 || rows > INT32_MAX / tp) return -1;
+  return (long)(rows * tp);
+}
+
 /* pad_bs argument: an int, or None -> `dflt`. */
 static int pad_bs_arg(PyObject* o, long dflt, int* pad_bs) {
   long v = dflt;
   if (o != Py_None) {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
       PyErr_Format(PyExc_TypeError, "pad_bs must be an int, got %.200s", Py_TYPE(o)->tp_name);
       return -1;
     }
+    PyObject* i = PyNumber_Index(o); /* numpy and other integer types */
+    if (i == NULL) return -1;
     int overflow = 0;
-    v = PyLong_AsLongAndOverflow(o, &overflow);
+    v = PyLong_AsLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
     if (v == -1 && PyErr_Occurred()) return -1;
     if (overflow) v = -1;
   }
@@ -590,7 +600,7 @@ static PyTypeObject NcclGroupType = {
 static NcclGroupObject* lookup_group(PyObject* group) {
   if (g_registry != NULL && group != Py_None && PyTuple_CheckExact(group)) {
     PyObject* item = PyDict_GetItemWithError(g_registry, group);
-    if (item != NULL && Py_IS_TYPE(item, &NcclGroupType)) {
+    if (item != NULL && Py_IS_TYPE(item, &NcclGroupType) && ((NcclGroupObject*)item)->s != NULL) {
       Py_INCREF(item);
       return (NcclGroupObject*)item;
     }
@@ -968,7 +978,7 @@ static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject*
     return NULL;
   }
   int pad_bs;
-  if (pad_bs_arg(pad_obj, (long)(tp_.shape[0] * self->tp), &pad_bs) != 0) return NULL;
+  if (pad_bs_arg(pad_obj, inferred_pad_bs(tp_.shape[0], self->tp), &pad_bs) != 0) return NULL;
   void* stream;
   if (current_stream(self->device, &stream) != 0) return NULL;
   adapter_reset(self);
@@ -1018,7 +1028,7 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   TArg a;
   if (tensor_arg(x, "logprobs", self->device, 2, 0, &a) != 0) return NULL;
   int pad_bs;
-  if (pad_bs_arg(pad_obj, (long)(a.shape[0] * self->tp), &pad_bs) != 0) return NULL;
+  if (pad_bs_arg(pad_obj, inferred_pad_bs(a.shape[0], self->tp), &pad_bs) != 0) return NULL;
   void* stream;
   if (current_stream(self->device, &stream) != 0) return NULL;
   adapter_reset(self);
@@ -1049,10 +1059,14 @@ static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
   int code = dtype_code_of(d, 0, "dtype");
   if (code == -2) return NULL;
   dpsResult_t r;
-  dpsComm_t c = self->h->comm;
+  /* prepare is collective and may block: another thread could close() the
+   * comm meanwhile, so hold a reference on the handle across the call. */
+  Handle* h = self->h;
+  handle_retain(h);
   Py_BEGIN_ALLOW_THREADS;
-  r = dpsCommPrepare(c, (dpsDataType_t)code);
+  r = dpsCommPrepare(h->comm, (dpsDataType_t)code);
   Py_END_ALLOW_THREADS;
+  handle_release(h);
   if (r != dpsSuccess) return raise_dps(r);
   Py_RETURN_NONE;
 }
@@ -1370,6 +1384,12 @@ static PyObject* m_onesided_on_devices(PyObject* m, PyObject* arg) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
     if (v == -1 && PyErr_Occurred()) {
+      PyMem_Free(devs);
+      Py_DECREF(seq);
+      return NULL;
+    }
+    if (v < 0 || v > INT32_MAX) {
+      PyErr_Format(PyExc_ValueError, "cuda_devices[%zd]=%ld is not a device ordinal", i, v);
       PyMem_Free(devs);
       Py_DECREF(seq);
       return NULL;

@@ -381,3 +381,11 @@ def test_dlpack_abi_with_torch():
     assert u.dtype == torch.int32 and u.tolist() == list(range(5))
     del t, u
     assert _deleted() == before + 2
+
+
+def test_onesided_available_on_devices_rejects_bad_ordinals():
+    from dpsampling import _dpsampling as C
+
+    for bad in ([-1], [2**32], [0, 2**40]):
+        with pytest.raises(ValueError, match="is not a device ordinal"):
+            C.onesided_available_on_devices(bad)
