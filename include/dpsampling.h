@@ -182,7 +182,10 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
 
 /* Collective over the group: every rank calls it with the same id, its own
  * config->rank, and the same tp_size, max_pad_bs, num_tokens_per_req,
- * vocab_size and backend. Creates the library's own NCCL communicator
+ * vocab_size, logits_dtype, effective timeout and resolved backend (checked:
+ * a disagreement fails creation on every rank, naming both values). A rank
+ * that fails its local checks before that point leaves the others waiting in
+ * NCCL, which has no timeout: check configs (dpsConfigCheck) first. Creates the library's own NCCL communicator
  * (destroyed by dpsCommDestroy), resolves the backend and allocates every
  * persistent buffer (those that depend on the logits dtype only if it is
  * known). Blocks the host until the group has joined. */
@@ -237,13 +240,14 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
  * depend on it (collective when it allocates; do it outside graph capture).
  * dtype must be fp32, bf16 or fp16. If the dtype is already fixed (at
  * creation, by an earlier prepare, or by the first swap) this is a no-op that
- * succeeds for any of the three: the communicator keeps its dtype. */
+ * succeeds for any of the three on a healthy communicator: the communicator
+ * keeps its dtype. Ranks must fix the same dtype (not checked after creation). */
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
 
 /* swap_batch_vocab.
  * local_logits: device pointer, row-major contiguous [rows, cols] of `dtype`
- *   with rows == pad_bs*N and cols == V/tp; 16-byte alignment gives the
- *   fastest path.
+ *   with rows == pad_bs*N and cols == V/tp, aligned to its element size;
+ *   16-byte alignment gives the fastest path.
  * pad_bs: 1 <= pad_bs <= max_pad_bs, divisible by tp_size.
  * *output: set to the persistent buffer, row-major [pad_bs/tp*N, V]; row
  *   local_req*N+d holds global request rank*pad_bs/tp+local_req at draft
@@ -257,7 +261,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* local_logits, int64_t 
 
 /* gather_verify_outputs.
  * predict, accept_index: int32 [reqs, n]; accept_length: int32 [reqs], with
- *   reqs == pad_bs/tp_size and n == num_tokens_per_req.
+ *   reqs == pad_bs/tp_size and n == num_tokens_per_req; 4-byte aligned.
  * Outputs (persistent): predict_out, accept_index_out int32 [pad_bs, N];
  *   accept_length_out int32 [pad_bs]. Row r from rank src lands at
  *   src*reqs + r. */

@@ -270,7 +270,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   comm->accept_length_out = (int32_t*)(o + 3 * seg);
 
   /* window A */
-  st->cap_out = ((int64_t)st->max_reqs * (2 * st->n + 1) + 1) / 2;
+  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + 1) / 2;
   st->cap_lp = ((int64_t)st->max_reqs * st->n + 1) / 2;
   size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
   st->off_gout = roundUp(flags, 256);

@@ -2,6 +2,7 @@
  * every backend, then dispatch to comm->ops. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,7 +108,10 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm) {
     res = dpsSetError(dpsCudaError, "creation: cannot allocate the agreement buffer");
     goto out;
   }
-  if (cudaMemcpy(dev + K * tp, mine, sizeof mine, cudaMemcpyHostToDevice) != cudaSuccess) {
+  /* On `s`, so that the all-gather below is ordered after the copy (a plain
+   * cudaMemcpy from pageable memory may return before the data landed, and
+   * `s` is a non-blocking stream). */
+  if (cudaMemcpyAsync(dev + K * tp, mine, sizeof mine, cudaMemcpyHostToDevice, s) != cudaSuccess) {
     res = dpsSetError(dpsCudaError, "creation: cudaMemcpy failed");
     goto out;
   }
@@ -451,6 +455,10 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        "[%d*%d, %" PRId64 "/%d] = [%" PRId64 ", %" PRId64 "]",
                        op, rows, cols, pad_bs, comm->config.num_tokens_per_req,
                        comm->config.vocab_size, comm->config.tp_size, want_rows, want_cols);
+  if ((uintptr_t)in % dpsDataTypeSize(dtype) != 0)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: local_logits=%p is not aligned to its %zu-byte %s elements", op, in,
+                       dpsDataTypeSize(dtype), dpsDataTypeName(dtype));
   if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
     return dpsSetError(dpsInvalidUsage,
                        "%s: local_logits dtype %s differs from the communicator's logits dtype %s, "
@@ -502,6 +510,9 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   for (int i = 0; i < 3; ++i) {
     if (ins[i] == NULL) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, in_names[i]);
     if (outs[i] == NULL) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, out_names[i]);
+    if ((uintptr_t)ins[i] % sizeof(int32_t) != 0)
+      return dpsSetError(dpsInvalidArgument, "%s: %s=%p is not 4-byte aligned", op, in_names[i],
+                         ins[i]);
   }
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
@@ -525,6 +536,9 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   static const char* op = "gather_verify_logprobs";
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
   if (logprobs == NULL) return dpsSetError(dpsInvalidArgument, "%s: logprobs is NULL", op);
+  if ((uintptr_t)logprobs % sizeof(float) != 0)
+    return dpsSetError(dpsInvalidArgument, "%s: logprobs=%p is not 4-byte aligned", op,
+                       (const void*)logprobs);
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));

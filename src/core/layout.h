@@ -51,7 +51,9 @@ DPS_HD size_t dpsSwapChunkBytes(dpsShape s) {
 
 /* Verify outputs packed per rank as int32: predict [reqs*n], accept_index
  * [reqs*n], accept_length [reqs]. */
-DPS_HD int64_t dpsVerifyPackedElems(int reqs, int n) { return (int64_t)reqs * (2 * n + 1); }
+DPS_HD int64_t dpsVerifyPackedElems(int reqs, int n) {
+  return (int64_t)reqs * (2 * (int64_t)n + 1); /* no int overflow for any valid N */
+}
 
 /* Overflow-checked product of non-negative sizes; returns 0 on overflow. */
 DPS_HD int dpsMulOk(uint64_t a, uint64_t b, uint64_t* out) {

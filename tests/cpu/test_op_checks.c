@@ -77,7 +77,7 @@ static dpsConfig_t config(dpsDataType_t dtype) {
   return c;
 }
 
-static char in_buf[16];
+static _Alignas(16) char in_buf[16];
 #define SENTINEL ((void*)0x5eed)
 
 static int testSwapChecks(void) {
@@ -112,6 +112,8 @@ static int testSwapChecks(void) {
                dpsInvalidUsage, "differs from the communicator's logits dtype bf16");
   FX_CHECK_ERR(dpsSwapBatchVocab(NULL, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL),
                dpsInvalidArgument, "comm is NULL");
+  FX_CHECK_ERR(dpsSwapBatchVocab(comm, in_buf + 1, 24, 100, dpsBfloat16, 8, &out, NULL),
+               dpsInvalidArgument, "is not aligned to its 2-byte bf16 elements");
   FX_CHECK(out == SENTINEL, "output written on error");
   FX_CHECK(rec.swap == 0, "backend reached %d times by bad calls", rec.swap);
   /* good calls, pad_bs changing */
@@ -159,6 +161,14 @@ static int testGatherChecks(void) {
                "logprobs is [4, 4]");
   FX_CHECK_ERR(dpsGatherVerifyLogprobs(comm, NULL, 4, 3, 16, &lpo, NULL), dpsInvalidArgument,
                "logprobs is NULL");
+  {
+    const int32_t* odd = (const int32_t*)(const void*)((const char*)p + 2);
+    FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, p, odd, al, 4, 3, 16, &po, &aio, &alo, NULL),
+                 dpsInvalidArgument, "accept_index=");
+    FX_CHECK_ERR(dpsGatherVerifyLogprobs(comm, (const float*)(const void*)odd, 4, 3, 16, &lpo,
+                                         NULL),
+                 dpsInvalidArgument, "is not 4-byte aligned");
+  }
   FX_CHECK(po == SENTINEL && aio == SENTINEL && alo == SENTINEL && lpo == SENTINEL,
            "outputs written on error");
   FX_CHECK(rec.gather == 0 && rec.logprobs == 0, "backend reached by bad calls");

@@ -491,7 +491,7 @@ static void expectDeltas(const char* call, Counts before, int prepare, int swap,
         now.logprobs - before.logprobs, logprobs, now.destroy - before.destroy);
 }
 
-static char dummy_in[64]; /* never read: the fake backend moves no data */
+static _Alignas(16) char dummy_in[64]; /* never read: the fake backend moves no data */
 #define SENTINEL ((void*)&dummy_in[7])
 #define DUMMY_STREAM ((cudaStream_t)(uintptr_t)0x5170)
 
