@@ -184,8 +184,10 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
  * config->rank, and the same tp_size, max_pad_bs, num_tokens_per_req,
  * vocab_size, logits_dtype, effective timeout and resolved backend (checked:
  * a disagreement fails creation on every rank, naming both values). A rank
- * that fails its local checks before that point leaves the others waiting in
- * NCCL, which has no timeout: check configs (dpsConfigCheck) first. Creates the library's own NCCL communicator
+ * whose environment or backend choice fails makes every rank fail with it;
+ * but a config rejected by dpsConfigCheck, or an NCCL communicator that does
+ * not match it, fails before any collective and leaves the other ranks
+ * waiting in NCCL, which has no timeout: check configs first. Creates the library's own NCCL communicator
  * (destroyed by dpsCommDestroy), resolves the backend and allocates every
  * persistent buffer (those that depend on the logits dtype only if it is
  * known). Blocks the host until the group has joined. */

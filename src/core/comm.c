@@ -88,16 +88,20 @@ static dpsResult_t resolveTimeoutMs(const dpsConfig_t* config, int* ms) {
 }
 
 /* Every rank must agree on the shape and the backend, or the first
- * collective would hang or corrupt: compare them once, at creation. */
-static dpsResult_t checkGroupAgreement(dpsComm_t comm) {
-  enum { K = 6 };
+ * collective would hang or corrupt: compare them once, at creation. The
+ * exchange also carries each rank's local status (`local`: the outcome of its
+ * own checks, e.g. an invalid environment value), so that a rank failing on
+ * its own makes every rank fail here instead of leaving them waiting in a
+ * later collective. A failing rank keeps its own message. */
+static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
+  enum { K = 7, STATUS = 6 };
   const int tp = comm->config.tp_size;
   int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
                      comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
-                     (int64_t)comm->backend, comm->timeout_ms};
+                     (int64_t)comm->backend, comm->timeout_ms, (int64_t)local};
   static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
-                                 "logits_dtype", "backend", "timeout_ms"};
-  if (tp == 1) return dpsSuccess;
+                                 "logits_dtype", "backend", "timeout_ms", "status"};
+  if (tp == 1) return local;
   int64_t* dev = NULL;
   int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
   if (all == NULL) return dpsSetError(dpsSystemError, "out of host memory");
@@ -125,8 +129,18 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm) {
     res = dpsSetError(dpsCudaError, "creation: agreement exchange failed");
     goto out;
   }
+  if (local != dpsSuccess) {
+    res = local; /* this rank's own message stays the last error */
+    goto out;
+  }
   for (int r = 0; r < tp && res == dpsSuccess; ++r)
-    for (int k = 0; k < K; ++k)
+    if (all[r * K + STATUS] != dpsSuccess)
+      res = dpsSetError(dpsInvalidUsage,
+                        "rank %d failed its own checks during creation with %s (its error "
+                        "message says why); every rank fails",
+                        r, dpsGetErrorString((dpsResult_t)all[r * K + STATUS]));
+  for (int r = 0; r < tp && res == dpsSuccess; ++r)
+    for (int k = 0; k < STATUS; ++k)
       if (all[r * K + k] != mine[k]) {
         if (k == 4)
           res = dpsSetError(dpsInvalidUsage,
@@ -182,8 +196,11 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   comm->dtype = dpsDtypeUnset;
   comm->config.cuda_device = device;
 
-  dpsResult_t res = resolveTimeoutMs(config, &comm->timeout_ms);
-  if (res != dpsSuccess) goto fail;
+  /* Local checks record their failure in `local` instead of returning: the
+   * agreement exchange below must still happen on every rank. */
+  dpsResult_t res = dpsSuccess;
+  dpsResult_t local = resolveTimeoutMs(config, &comm->timeout_ms);
+  if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
 
   int count = 0, urank = 0;
   if (ncclCommCount(nccl, &count) != ncclSuccess || ncclCommUserRank(nccl, &urank) != ncclSuccess) {
@@ -198,9 +215,9 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
     goto fail;
   }
   int reachable = dpsOnesidedReachable(nccl);
-  res = dpsResolveBackend(config->backend, reachable, &comm->backend);
-  if (res != dpsSuccess) goto fail;
-  res = checkGroupAgreement(comm);
+  comm->backend = (dpsBackend_t)-1;
+  if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
+  res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
 
   comm->ops = comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;

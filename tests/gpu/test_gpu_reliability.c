@@ -37,7 +37,7 @@
  *                (memcmp, exact) with the precomputed expected image of the
  *                current set after it; wrong values are counted; replays/s
  *                printed. Both backends.
- * Usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|all]
+ * Usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|all]
  *                             [nccl|onesided|all]          (default all all)
  * The device acceptance run of the issue:
  *   DPS_RELIABILITY_CYCLES=1000 DPS_SOAK_REPLAYS=100000 test_gpu_reliability
@@ -715,6 +715,34 @@ static int runKill(void) {
   return ok ? 0 : 1;
 }
 
+/* ---- asymmetric creation ------------------------------------------------------------------- */
+/* Rank 1 alone has an invalid DPSAMPLING_TIMEOUT_MS: creation must fail on
+ * every rank, promptly (the local failure travels in the agreement exchange),
+ * rank 1 naming the variable and the others naming rank 1. */
+static int bodyAsymCreate(int rank, int tp, dpsBackend_t backend) {
+  const int pad = 2 * tp, n = 1;
+  dpsConfig_t cfg = gtConfig(rank, tp, pad, n, (int64_t)tp * 64, dpsBfloat16, backend);
+  if (rank == 1) setenv("DPSAMPLING_TIMEOUT_MS", "soon", 1);
+  dpsUniqueId id;
+  if (fxShareUniqueId(&id)) return 1;
+  dpsComm_t comm = (dpsComm_t)(void*)&id; /* sentinel: must stay untouched */
+  const double t0 = nowS();
+  const dpsResult_t r = dpsCommInitRank(&comm, &id, &cfg);
+  const double dt = nowS() - t0;
+  unsetenv("DPSAMPLING_TIMEOUT_MS");
+  FX_CHECK(r != dpsSuccess, "rank %d: creation succeeded although rank 1 failed its checks", rank);
+  FX_CHECK(comm == (dpsComm_t)(void*)&id, "rank %d: comm written on error", rank);
+  if (rank == 1)
+    FX_CHECK(r == dpsInvalidArgument && strstr(dpsGetLastError(), "DPSAMPLING_TIMEOUT_MS"),
+             "rank 1: %s: %s", dpsGetErrorString(r), dpsGetLastError());
+  else
+    FX_CHECK(r == dpsInvalidUsage && strstr(dpsGetLastError(), "rank 1 failed its own checks"),
+             "rank %d: %s: %s", rank, dpsGetErrorString(r), dpsGetLastError());
+  FX_CHECK(dt < 30.0, "rank %d: failing creation took %.1f s", rank, dt);
+  fxBarrier();
+  return 0;
+}
+
 /* ---- driver ---------------------------------------------------------------------------- */
 typedef struct {
   const char* name;
@@ -724,7 +752,7 @@ typedef struct {
 int main(int argc, char** argv) {
   const relTest tests[] = {
       {"lifecycle", bodyLifecycle}, {"destroy_busy", bodyDestroyBusy}, {"kill", NULL},
-      {"slow", bodySlow},           {"soak", bodySoak},
+      {"slow", bodySlow},           {"soak", bodySoak},          {"asym_create", bodyAsymCreate},
   };
   const int ntests = (int)(sizeof tests / sizeof tests[0]);
   const char* only = argc > 1 ? argv[1] : NULL;
@@ -734,7 +762,7 @@ int main(int argc, char** argv) {
     for (int t = 0; t < ntests; ++t) found |= strcmp(only, tests[t].name) == 0;
     if (!found) {
       fprintf(stderr,
-              "usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|all] "
+              "usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|all] "
               "[nccl|onesided|all]\n");
       return 2;
     }
