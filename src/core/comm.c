@@ -400,14 +400,6 @@ dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table)
 }
 
 /* ---- operations ---------------------------------------------------------- */
-/* Switches to the communicator's device and inspects the stream (detached
- * communicators have neither). */
-static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsDeviceGuard* g,
-                           int* capturing);
-static void opLeave(dpsComm_t comm, dpsDeviceGuard* g) {
-  if (!comm->detached) dpsDeviceLeave(g);
-}
-
 static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
   const int tp = comm->config.tp_size;
   if (pad_bs < 1 || pad_bs > comm->config.max_pad_bs || pad_bs % tp != 0)
@@ -428,6 +420,8 @@ static dpsResult_t checkStream(const char* op, cudaStream_t stream, int* capturi
   return dpsSuccess;
 }
 
+/* Switches to the communicator's device and inspects the stream (detached
+ * communicators have neither). */
 static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsDeviceGuard* g,
                            int* capturing) {
   *capturing = 0;
@@ -437,6 +431,10 @@ static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, 
   dpsResult_t r = checkStream(op, stream, capturing);
   if (r != dpsSuccess) dpsDeviceLeave(g);
   return r;
+}
+
+static void opLeave(dpsComm_t comm, dpsDeviceGuard* g) {
+  if (!comm->detached) dpsDeviceLeave(g);
 }
 
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
