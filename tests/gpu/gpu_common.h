@@ -257,11 +257,19 @@ GT_FN size_t gtOutBytes(const gtBufs* b, int tp, int pad_bs) {
   return (size_t)(pad_bs / tp) * (size_t)b->n * (size_t)b->vocab * dpsDataTypeSize(b->dtype);
 }
 
+/* cudaMemcpy from pageable memory may return before its DMA has landed, and
+ * the tests' streams are non-blocking (no implicit ordering with it): wait
+ * for the device before any stream reads what was uploaded. */
+GT_FN int gtUploadDone(void) {
+  GT_CUDA(cudaDeviceSynchronize());
+  return 0;
+}
+
 /* Uploads the swap input of (pad_bs, step) (synchronous). */
 GT_FN int gtUploadSwap(gtBufs* b, int rank, int tp, int pad_bs, int step) {
   fxFillSwapInput(b->h_in, tp, rank, pad_bs, b->n, b->vocab, b->dtype, step);
   GT_CUDA(cudaMemcpy(b->d_in, b->h_in, gtInBytes(b, tp, pad_bs), cudaMemcpyHostToDevice));
-  return 0;
+  return gtUploadDone();
 }
 
 /* Uploads the verify inputs of (pad_bs, step) (synchronous). */
@@ -272,7 +280,7 @@ GT_FN int gtUploadVerify(gtBufs* b, int rank, int tp, int pad_bs, int step) {
   GT_CUDA(cudaMemcpy(b->d_ai, b->h_ai, reqs * b->n * 4, cudaMemcpyHostToDevice));
   GT_CUDA(cudaMemcpy(b->d_al, b->h_al, reqs * 4, cudaMemcpyHostToDevice));
   GT_CUDA(cudaMemcpy(b->d_lp, b->h_lp, reqs * b->n * 4, cudaMemcpyHostToDevice));
-  return 0;
+  return gtUploadDone();
 }
 
 /* Downloads and checks a swap output (device work must be complete). */

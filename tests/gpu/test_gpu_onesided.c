@@ -231,6 +231,7 @@ static int runAhead(int rank, int tp, int slow, int pad, int n, int64_t vocab, d
     GT_CUDA(cudaMemcpy(dv[k] + 2 * reqs * n + reqs, b.h_lp, reqs * n * 4,
                        cudaMemcpyHostToDevice));
   }
+  if (gtUploadDone()) return 1;
   fxBarrier();
   const int64_t rows = (int64_t)pad * n, cols = vocab / tp;
   for (int k = 0; k < RA_STEPS; ++k) {

@@ -373,6 +373,7 @@ static int bodySoak(int rank, int tp, dpsBackend_t backend) {
                        (int32_t*)(expect[k] + offAl), (float*)(expect[k] + offLp), 1, 0, pad, n,
                        step); /* tp=1, rank 0: the whole gathered [pad_bs, n] */
   }
+  if (gtUploadDone()) return 1;
   unsigned char* pinned = NULL;
   GT_CUDA(cudaMallocHost((void**)&pinned, imgB));
 
