@@ -51,6 +51,7 @@ typedef struct {
   int64_t vocab;
   int maxb;          /* agreed grid cap */
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
+  int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
 
   OsWindow a; /* flags + gather staging */
   size_t off_gout, off_glp;
@@ -197,6 +198,17 @@ static uint64_t envLLBytes(void) {
   return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
 }
 
+/* DPSAMPLING_PDL: 1 (default) launches the kernels with programmatic
+ * dependent launch (kernels/launch.cuh), 0 with plain stream order. Local:
+ * it changes no protocol, so ranks need not agree. */
+static int envPdl(void) {
+  const char* s = getenv("DPSAMPLING_PDL");
+  if (s == NULL || *s == '\0' || strcmp(s, "1") == 0) return 1;
+  if (strcmp(s, "0") == 0) return 0;
+  dpsLog(DPS_LOG_WARN, "DPSAMPLING_PDL='%s' is neither 0 nor 1; using 1", s);
+  return 1;
+}
+
 /* Min over ranks of {SM count, LL threshold}. */
 static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
   int64_t* dev = NULL;
@@ -244,6 +256,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   DPS_CHECK(agree(comm, vals, 2));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
+  st->pdl = envPdl();
 
   /* error word: device copy + mapped pinned host copy */
   DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
@@ -279,8 +292,10 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
 
   dpsLog(DPS_LOG_INFO,
-         "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes",
-         st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size);
+         "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
+         "PDL %s",
+         st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size,
+         st->pdl ? "on" : "off");
   return dpsSuccess;
 }
 
@@ -325,6 +340,7 @@ static dpsOsCommon common(dpsComm_t comm, const OsState* st) {
   c.state = st->dstate;
   c.host_err = st->herr_dev;
   c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
+  c.pdl = st->pdl;
   return c;
 }
 

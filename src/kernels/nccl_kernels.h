@@ -1,6 +1,6 @@
 /* Launchers of the nccl backend's kernels (swap_permute.cu, verify_pack.cu).
  * Plain C prototypes; every launcher only enqueues on `stream` and returns the
- * launch status (cudaGetLastError after the launch). */
+ * launch's own status (kernels/launch.cuh). */
 #ifndef DPS_NCCL_KERNELS_H_
 #define DPS_NCCL_KERNELS_H_
 

@@ -51,6 +51,8 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGat
   const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const u64 stride = (u64)gridDim.x * blockDim.x;
+  dpsPdlWait();
+  dpsPdlRelease();
   /* Issue the first line's input loads before the epoch read, so that the
    * two latencies overlap instead of adding up. */
   uint32_t pre0 = 0u, pre1 = 0u;
@@ -106,6 +108,6 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGat
 }  // namespace
 
 extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, cudaStream_t stream) {
-  gatherLLKernel<<<(unsigned)grid, DPS_OS_GATHER_THREADS, 0, stream>>>(*a);
-  return cudaGetLastError();
+  return dpsLaunch(gatherLLKernel, dim3((unsigned)grid), dim3(DPS_OS_GATHER_THREADS), stream,
+                   a->c.pdl, *a);
 }

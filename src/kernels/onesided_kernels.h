@@ -79,6 +79,7 @@ typedef struct {
   dpsOsDevState* state;
   unsigned long long* host_err; /* device view of the mapped pinned error word */
   unsigned long long timeout_ns;
+  int pdl; /* launch with programmatic dependent launch (see dpsos::launch) */
 } dpsOsCommon;
 
 /* Flag area of window A (per rank, all u64 epochs):
@@ -155,6 +156,8 @@ cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void** out);
 
 /* ---- device helpers shared by onesided_swap.cu and onesided_gather.cu ---- */
 #if defined(__CUDACC__)
+#include "launch.cuh"
+
 namespace dpsos {
 
 typedef unsigned long long u64;

@@ -39,8 +39,7 @@ extern "C" cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void**
   if (e != cudaSuccess) return e;
   e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e == cudaSuccess) {
-    dpsOsPeerPointerKernel<<<1, 32, 0, s>>>(win, nranks, dev);
-    e = cudaGetLastError();
+    e = dpsLaunch(dpsOsPeerPointerKernel, dim3(1), dim3(32), s, 0, win, nranks, dev);
   }
   if (e == cudaSuccess) e = cudaMemcpyAsync(out, dev, sizeof(void*) * (size_t)nranks,
                                             cudaMemcpyDeviceToHost, s);

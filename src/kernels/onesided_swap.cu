@@ -132,6 +132,8 @@ __device__ __forceinline__ bool blockWait(const u64* f, u64 e, const dpsOsCommon
 template <int W>
 __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwapArgs a) {
   const dpsOsCommon& c = a.c;
+  dpsPdlWait();
+  dpsPdlRelease();
   const u64 e = beginEpoch(c, DPS_OS_OP_SWAP);
   if (e == 0) return;
   const u64 t0 = globalTimer();
@@ -253,6 +255,8 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
   const u64 L = (S + 7) / 8;
   const u64 lb = L * (u64)b / (u64)G, le = L * (u64)(b + 1) / (u64)G;
   const u64 cap = (u64)a.ll_cap;
+  dpsPdlWait();
+  dpsPdlRelease();
   /* Issue the first payload load (first peer) before the epoch read. */
   const u64 l0 = lb + threadIdx.x;
   const uint2 pre = (l0 < le && tp > 1) ? loadPayload<LU>(a.in + (u64)((me + 1) % tp) * S, S, l0)
@@ -299,22 +303,20 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
 
 extern "C" cudaError_t dpsOsLaunchSwap(const dpsOsSwapArgs* a, int path, int width, int grid,
                                        cudaStream_t stream) {
-  const dim3 g((unsigned)grid), t(DPS_OS_SWAP_THREADS);
+  const unsigned g = (unsigned)grid, t = DPS_OS_SWAP_THREADS;
   if (path == 0) {
     switch (width) {
-      case 16: swapDirectKernel<16><<<g, t, 0, stream>>>(*a); break;
-      case 8: swapDirectKernel<8><<<g, t, 0, stream>>>(*a); break;
-      case 4: swapDirectKernel<4><<<g, t, 0, stream>>>(*a); break;
-      case 2: swapDirectKernel<2><<<g, t, 0, stream>>>(*a); break;
-      default: return cudaErrorInvalidValue;
-    }
-  } else {
-    switch (width) {
-      case 8: swapLLKernel<8><<<g, t, 0, stream>>>(*a); break;
-      case 4: swapLLKernel<4><<<g, t, 0, stream>>>(*a); break;
-      case 2: swapLLKernel<2><<<g, t, 0, stream>>>(*a); break;
+      case 16: return dpsLaunch(swapDirectKernel<16>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+      case 8: return dpsLaunch(swapDirectKernel<8>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+      case 4: return dpsLaunch(swapDirectKernel<4>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+      case 2: return dpsLaunch(swapDirectKernel<2>, dim3(g), dim3(t), stream, a->c.pdl, *a);
       default: return cudaErrorInvalidValue;
     }
   }
-  return cudaGetLastError();
+  switch (width) {
+    case 8: return dpsLaunch(swapLLKernel<8>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+    case 4: return dpsLaunch(swapLLKernel<4>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+    case 2: return dpsLaunch(swapLLKernel<2>, dim3(g), dim3(t), stream, a->c.pdl, *a);
+    default: return cudaErrorInvalidValue;
+  }
 }

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "launch.cuh"
 #include "nccl_kernels.h"
 
 namespace {
@@ -67,10 +68,9 @@ cudaError_t launchPermute(void* out, const void* staging, size_t chunk_bytes, co
   const int64_t tiles = (seg_vecs + tile_vecs - 1) / tile_vecs;
   dim3 grid((unsigned)(tiles < 0x7fffffffLL ? tiles : 0x7fffffffLL),
             (unsigned)(segments < (int64_t)kMaxGridY ? segments : (int64_t)kMaxGridY), 1);
-  swapPermuteKernel<V><<<grid, threads, 0, stream>>>(
-      static_cast<V*>(out), static_cast<const char*>(staging), chunk_bytes,
-      static_cast<const V*>(self_in), self_rank, tp, segments, seg_vecs, tiles);
-  return cudaGetLastError();
+  return dpsLaunch(swapPermuteKernel<V>, grid, dim3((unsigned)threads), stream, 0,
+                   static_cast<V*>(out), static_cast<const char*>(staging), chunk_bytes,
+                   static_cast<const V*>(self_in), self_rank, tp, segments, seg_vecs, tiles);
 }
 
 }  // namespace

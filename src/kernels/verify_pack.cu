@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "launch.cuh"
 #include "nccl_kernels.h"
 
 namespace {
@@ -63,9 +64,8 @@ extern "C" cudaError_t dpsLaunchVerifyPack(int32_t* packed, const int32_t* predi
   const int64_t rn = (int64_t)reqs * n;
   const int64_t total = 2 * rn + reqs;
   if (total <= 0) return cudaSuccess;
-  verifyPackKernel<<<gridFor(total), kThreads, 0, stream>>>(packed, predict, accept_index,
-                                                            accept_length, rn, total);
-  return cudaGetLastError();
+  return dpsLaunch(verifyPackKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0, packed,
+                   predict, accept_index, accept_length, rn, total);
 }
 
 extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_out,
@@ -76,7 +76,7 @@ extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* acce
   const int64_t packed = 2 * rn + reqs;
   const int64_t total = packed * tp;
   if (total <= 0) return cudaSuccess;
-  verifyUnpackKernel<<<gridFor(total), kThreads, 0, stream>>>(
-      predict_out, accept_index_out, accept_length_out, gathered, reqs, rn, packed, total);
-  return cudaGetLastError();
+  return dpsLaunch(verifyUnpackKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0,
+                   predict_out, accept_index_out, accept_length_out, gathered, reqs, rn, packed,
+                   total);
 }

@@ -1,0 +1,52 @@
+/* Kernel launch shared by every .cu file of the library.
+ *
+ * dpsLaunch() enqueues with cudaLaunchKernelEx and returns that launch's own
+ * status. (A <<<>>> launch followed by cudaGetLastError() would also return,
+ * and clear, an error some unrelated earlier call of the application left
+ * behind.)
+ *
+ * pdl != 0 adds cudaLaunchAttributeProgrammaticStreamSerialization:
+ * programmatic dependent launch (sm_90+), so that the launch and block
+ * scheduling of this kernel overlap the tail of the previous kernel on the
+ * stream; graph capture keeps it as a programmatic edge. A kernel launched
+ * that way must call dpsPdlWait() before it touches memory that earlier work
+ * on the stream writes or reads. */
+#ifndef DPS_LAUNCH_CUH_
+#define DPS_LAUNCH_CUH_
+
+#include <cuda_runtime.h>
+
+/* Returns once every preceding kernel of the stream has completed and its
+ * writes are visible; a no-op for a kernel not launched with PDL. */
+__device__ __forceinline__ void dpsPdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Lets the next PDL-launched kernel of the stream be scheduled (it still
+ * waits in its own dpsPdlWait() until this kernel has completed). Issued
+ * after dpsPdlWait() so that at most one dependent grid waits behind us. */
+__device__ __forceinline__ void dpsPdlRelease() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dpsLaunch(void (*kernel)(KArgs...), dim3 grid, dim3 threads,
+                                    cudaStream_t stream, int pdl, Args&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = threads;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1u : 0u;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
+#endif /* DPS_LAUNCH_CUH_ */
