@@ -27,7 +27,12 @@
  *    caller passes, in stream order. Operations never synchronize the host,
  *    never allocate, and never copy between host and device, so they can be
  *    captured in a CUDA graph and replayed; a replay reads whatever the input
- *    buffers hold at replay time.
+ *    buffers hold at replay time. A stream of another device than the
+ *    communicator's is refused (dpsInvalidArgument). The onesided kernels are
+ *    launched with programmatic dependent launch (sm_90+; set DPSAMPLING_PDL=0
+ *    to turn it off): their launch overlaps the tail of the previous kernel
+ *    on the stream, and each still waits for that kernel to complete before
+ *    it touches memory, so stream order is unchanged.
  *  - Collectives: every rank of the group must make the same sequence of
  *    operation calls with the same pad_bs (like NCCL collectives).
  *  - Outputs are persistent device buffers owned by the communicator, sized

@@ -409,13 +409,28 @@ static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
   return dpsSuccess;
 }
 
-static dpsResult_t checkStream(const char* op, cudaStream_t stream, int* capturing) {
+static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stream,
+                               int* capturing) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   *capturing = 0;
   cudaError_t e = cudaStreamIsCapturing(stream, &st);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
                        cudaGetErrorString(e));
+#if CUDART_VERSION >= 12080
+  /* A stream of another device would run our kernels there, on memory of
+   * this device: refuse it up front. (The legacy/per-thread default streams
+   * report the current device, which opEnter just made ours.) */
+  int dev = -1;
+  e = cudaStreamGetDevice(stream, &dev);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "%s: stream=%p: cudaStreamGetDevice failed: %s", op,
+                       (void*)stream, cudaGetErrorString(e));
+  if (dev != comm->device)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: stream=%p belongs to CUDA device %d, the communicator to device %d", op,
+                       (void*)stream, dev, comm->device);
+#endif
   *capturing = st != cudaStreamCaptureStatusNone;
   return dpsSuccess;
 }
@@ -428,7 +443,7 @@ static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, 
   g->switched = 0;
   if (comm->detached) return dpsSuccess;
   DPS_CHECK(dpsDeviceEnter(g, comm->device));
-  dpsResult_t r = checkStream(op, stream, capturing);
+  dpsResult_t r = checkStream(comm, op, stream, capturing);
   if (r != dpsSuccess) dpsDeviceLeave(g);
   return r;
 }
