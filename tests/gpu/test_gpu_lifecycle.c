@@ -227,6 +227,33 @@ static int validation(int rank, int tp, dpsBackend_t backend, cudaStream_t s) {
                dpsInvalidArgument, "dtype");
   FX_CHECK_ERR(dpsSwapBatchVocab(comm, b.d_in, rows, cols, dpsFloat16, max, &o, s),
                dpsInvalidUsage, "bf16");
+  /* a stream of another device */
+  {
+    int here = -1, ndev = 0;
+    GT_CUDA(cudaGetDevice(&here));
+    GT_CUDA(cudaGetDeviceCount(&ndev));
+    const int other = (here + 1) % ndev;
+    if (other != here) {
+      cudaStream_t os;
+      GT_CUDA(cudaSetDevice(other));
+      GT_CUDA(cudaStreamCreateWithFlags(&os, cudaStreamNonBlocking));
+      GT_CUDA(cudaSetDevice(here));
+      FX_CHECK_ERR(dpsSwapBatchVocab(comm, b.d_in, rows, cols, dt, max, &o, os),
+                   dpsInvalidArgument, "belongs to CUDA device");
+      int32_t *xp = NULL, *xai = NULL, *xal = NULL;
+      float* xlp = NULL;
+      FX_CHECK_ERR(dpsGatherVerifyOutputs(comm, b.d_p, b.d_ai, b.d_al, max / tp, n, max, &xp,
+                                          &xai, &xal, os),
+                   dpsInvalidArgument, "belongs to CUDA device");
+      FX_CHECK_ERR(dpsGatherVerifyLogprobs(comm, b.d_lp, max / tp, n, max, &xlp, os),
+                   dpsInvalidArgument, "belongs to CUDA device");
+      FX_CHECK(xp == NULL && xai == NULL && xal == NULL && xlp == NULL,
+               "outputs written on failure");
+      GT_CUDA(cudaSetDevice(other));
+      GT_CUDA(cudaStreamDestroy(os));
+      GT_CUDA(cudaSetDevice(here));
+    }
+  }
   FX_CHECK(o == sent, "swap output written on failure");
   /* gather_verify_outputs */
   int32_t *p = (int32_t*)sent, *ai = (int32_t*)sent, *al = (int32_t*)sent;
