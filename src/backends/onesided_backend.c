@@ -53,8 +53,8 @@ typedef struct {
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
   int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
 
-  OsWindow a; /* flags + gather staging */
-  size_t off_gout, off_glp;
+  OsWindow a; /* flags + fail area + gather staging */
+  size_t off_fail, off_gout, off_glp;
   int64_t cap_out, cap_lp; /* LL lines per (parity, src) */
 
   OsWindow b; /* swap_out + swap LL staging */
@@ -85,6 +85,7 @@ static const char* waitName(int w) {
     case DPS_OS_WAIT_READY: return "its ready flag";
     case DPS_OS_WAIT_DONE: return "its completion flag";
     case DPS_OS_WAIT_DATA: return "its data";
+    case DPS_OS_WAIT_PEER_FAILED: return "it after it reported its own failure";
     default: return "it";
   }
 }
@@ -97,6 +98,11 @@ static dpsResult_t osAsyncError(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   unsigned long long w = hostErrWord(st);
   if (w == 0) return dpsSuccess;
+  if (DPS_OS_ERR_WAIT(w) == DPS_OS_WAIT_PEER_FAILED)
+    return dpsSetError(dpsTimeout,
+                       "onesided %s: rank %d gave up (it timed out or saw a failure), so rank %d "
+                       "stopped waiting for it. The communicator is unusable: destroy it",
+                       opName(DPS_OS_ERR_OP(w)), DPS_OS_ERR_PEER(w), comm->config.rank);
   return dpsSetError(dpsTimeout,
                      "onesided %s: rank %d did not arrive within %d ms (peer dead or stuck?); "
                      "rank %d gave up waiting for %s. The communicator is unusable: destroy it",
@@ -144,9 +150,12 @@ static dpsResult_t windowCreate(dpsComm_t comm, OsWindow* w, size_t bytes, const
 
 static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
   if (w->win) {
-    /* After a timeout a peer may be gone and deregistration is collective:
-     * leave the window to NCCL's communicator teardown (abort/destroy frees
-     * windows that were not deregistered) instead of hanging here. */
+    /* After a failure a peer may be gone and deregistration is collective:
+     * leave the registration to NCCL's communicator teardown instead of
+     * hanging here. Our allocation is still freed below: the registration
+     * holds its own reference to the physical memory (released by NCCL's
+     * teardown), so a server that recreates communicators after failures
+     * does not lose the window each time. */
     if (!failed) {
       ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
       if (nr != ncclSuccess)
@@ -154,10 +163,6 @@ static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
                ncclGetErrorString(nr));
     }
     w->win = NULL;
-    if (failed) {
-      w->base = NULL; /* still registered: do not free */
-      return;
-    }
   }
   if (w->base) {
     ncclResult_t nr = ncclMemFree(w->base);
@@ -167,10 +172,27 @@ static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
   }
 }
 
+/* Whether a peer marked itself failed in our fail area (read after the
+ * core's device synchronisation; an unreadable area counts as failed). */
+static int peerFailed(const OsState* st) {
+  if (st->a.base == NULL || st->a.win == NULL) return 0;
+  unsigned long long f[DPS_OS_MAX_RANKS] = {0};
+  if (cudaMemcpy(f, (char*)st->a.base + st->off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
+      cudaSuccess)
+    return 1;
+  for (int r = 0; r < st->tp; ++r)
+    if (r != st->rank && f[r] != 0) {
+      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d reported a failure; skipping the collective "
+             "window deregistration", st->rank, r);
+      return 1;
+    }
+  return 0;
+}
+
 static void osDestroy(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   if (st == NULL) return;
-  int failed = hostErrWord(st) != 0;
+  int failed = hostErrWord(st) != 0 || peerFailed(st);
   /* same order on every rank (collective deregistration) */
   windowDestroy(comm, &st->b, failed);
   windowDestroy(comm, &st->a, failed);
@@ -209,7 +231,8 @@ static int envPdl(void) {
   return 1;
 }
 
-/* Min over ranks of {SM count, LL threshold}. */
+/* Element-wise min over ranks (creation: {SM count, LL threshold}; prepare:
+ * the dtype). Blocks the host; never called from an operation's hot path. */
 static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
   int64_t* dev = NULL;
   cudaStream_t s = NULL;
@@ -286,7 +309,8 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + 1) / 2;
   st->cap_lp = ((int64_t)st->max_reqs * st->n + 1) / 2;
   size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
-  st->off_gout = roundUp(flags, 256);
+  st->off_fail = roundUp(flags, 256);
+  st->off_gout = st->off_fail + 256; /* fail area: DPS_OS_MAX_RANKS u64 */
   st->off_glp = st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * 16u, 256);
   size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * 16u;
   DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
@@ -315,6 +339,16 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
   size_t esize = dpsDataTypeSize(comm->dtype);
   if (esize == 0)
     return dpsSetError(dpsInternalError, "onesided: prepare with dtype=%d", (int)comm->dtype);
+  /* The swap window is sized by the dtype and peers store into it: every
+   * rank must fix the same one (the first swap or prepare decides it). */
+  int64_t dt[2] = {(int64_t)comm->dtype, -(int64_t)comm->dtype};
+  DPS_CHECK(agree(comm, dt, 2));
+  if (dt[0] != -dt[1])
+    return dpsSetError(dpsInvalidUsage,
+                       "onesided: the ranks fixed different logits dtypes (this rank %s, others "
+                       "%s..%s); every rank must prepare or swap with the same dtype",
+                       dpsDataTypeName(comm->dtype), dpsDataTypeName((dpsDataType_t)dt[0]),
+                       dpsDataTypeName((dpsDataType_t)-dt[1]));
   uint64_t rowsN, outBytes, chunk;
   if (!dpsMulOk((uint64_t)st->max_reqs, (uint64_t)st->n, &rowsN) ||
       !dpsMulOk(rowsN, (uint64_t)st->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes))
@@ -341,6 +375,10 @@ static dpsOsCommon common(dpsComm_t comm, const OsState* st) {
   c.host_err = st->herr_dev;
   c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
   c.pdl = st->pdl;
+  c.fail = (const unsigned long long*)((const char*)st->a.base + st->off_fail);
+  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
+    c.fail_peer[r] =
+        r < st->tp ? (unsigned long long*)(st->a.peer[r] + st->off_fail) : NULL;
   return c;
 }
 

@@ -43,7 +43,8 @@ enum {
 enum {
   DPS_OS_WAIT_READY = 1, /* swap: peer's "my output buffer is free" flag */
   DPS_OS_WAIT_DONE = 2,  /* swap: peer's "my stores into you landed" flag */
-  DPS_OS_WAIT_DATA = 3   /* LL: peer's data+flag words */
+  DPS_OS_WAIT_DATA = 3,  /* LL: peer's data+flag words */
+  DPS_OS_WAIT_PEER_FAILED = 4 /* the peer marked itself failed (fail area) */
 };
 
 /* Error word (device copy in dpsOsDevState.err, host copy in mapped pinned
@@ -79,7 +80,14 @@ typedef struct {
   dpsOsDevState* state;
   unsigned long long* host_err; /* device view of the mapped pinned error word */
   unsigned long long timeout_ns;
-  int pdl; /* launch with programmatic dependent launch (see dpsos::launch) */
+  int pdl; /* launch with programmatic dependent launch (kernels/launch.cuh) */
+  /* Fail area (window A, DPS_OS_MAX_RANKS u64 per rank): a rank that gives up
+   * writes its error word into fail[me] of every peer, so that a peer which
+   * has not noticed anything yet stops waiting at once and skips the
+   * collective window deregistration at destroy (which would wait forever
+   * for the failed rank). */
+  const unsigned long long* fail;             /* mine: fail[src] written by src */
+  unsigned long long* fail_peer[DPS_OS_MAX_RANKS]; /* every rank's fail area */
 } dpsOsCommon;
 
 /* Flag area of window A (per rank, all u64 epochs):
@@ -207,15 +215,23 @@ __device__ __forceinline__ void recordError(const dpsOsCommon& c, int op, int pe
           (u64)((unsigned)peer & 0xffffu);
   if (atomicCAS(&c.state->err, 0ull, w) == 0ull) {
     *(volatile u64*)c.host_err = w;
+    for (int p = 0; p < c.tp; ++p)
+      if (p != c.rank) *(volatile u64*)(c.fail_peer[p] + c.rank) = w;
     __threadfence_system();
   }
 }
 
-/* Polled from spin loops: true when the loop must give up (another block
- * failed, or this wait ran past the timeout, which is then recorded). */
+/* Polled from spin loops: true when the loop must give up (another block or
+ * a peer failed, or this wait ran past the timeout; the cause is recorded). */
 __device__ __forceinline__ bool spinExpired(const dpsOsCommon& c, u64 t0, int op, int peer,
                                             int wait) {
   if (ldVolatile(&c.state->err) != 0) return true;
+  for (int p = 0; p < c.tp; ++p) {
+    if (p != c.rank && ldVolatile(c.fail + p) != 0) {
+      recordError(c, op, p, DPS_OS_WAIT_PEER_FAILED);
+      return true;
+    }
+  }
   if (globalTimer() - t0 > c.timeout_ns) {
     recordError(c, op, peer, wait);
     return true;

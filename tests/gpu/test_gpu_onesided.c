@@ -17,10 +17,14 @@
  *             naming rank 1; the next call fails with dpsTimeout. Then rank 1
  *             calls and times out too (so both skip the collective window
  *             deregistration), for the swap's two paths and both gathers.
- * Usage: test_gpu_onesided [shapes|lazy|runahead|graph|timeout]  (default all)
+ *  peerfail   (tp 2) a failure only one rank saw: the other's destroy returns;
+ *  dtype      ranks fixing different dtypes all get dpsInvalidUsage.
+ * Usage: test_gpu_onesided [shapes|lazy|runahead|graph|timeout|peerfail|dtype]
+ *        (default all)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
+#include <unistd.h>
 
 #include "gpu_common.h"
 
@@ -447,13 +451,94 @@ static int bodyTimeout(int rank, int tp, dpsBackend_t backend) {
         FX_CHECK_OK(dpsCommGetAsyncError(comm, &ae));
       }
       FX_CHECK(ae == dpsTimeout, "%s: rank 1 never timed out", kToNames[which]);
-      FX_CHECK(strstr(dpsGetLastError(), "rank 0") != NULL, "message \"%s\" lacks rank 0",
-               dpsGetLastError());
+      /* rank 0 marked itself failed in rank 1's fail area: rank 1 stops on
+       * that, not on its own timeout */
+      FX_CHECK(strstr(dpsGetLastError(), "rank 0 gave up") != NULL,
+               "message \"%s\" lacks \"rank 0 gave up\"", dpsGetLastError());
     }
     fxBarrier();
     FX_CHECK_OK(dpsCommDestroy(comm));
     gtFreeBufs(&b);
   }
+  cudaStreamDestroy(s);
+  return 0;
+}
+
+/* ---- a failure seen by one rank only ------------------------------------------------
+ * (tp 2) timeout_ms=500. Rank 0 swaps alone and times out. Rank 1 then makes
+ * one LL swap (rank 0's data had already landed, so it may well succeed)
+ * and destroys at once: the destroy must return (rank 0 skipped the
+ * collective window deregistration, so rank 1 must skip it too: it learns of
+ * the failure from its fail area). alarm() turns a hang into a failure. */
+static int bodyPeerFail(int rank, int tp, dpsBackend_t backend) {
+  (void)backend;
+  FX_CHECK(tp == 2, "peerfail runs on 2 ranks");
+  alarm(60);
+  cudaStream_t s;
+  GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int pad = 16, n = 2;
+  const int64_t vocab = 2 * 128;
+  dpsConfig_t cfg = gtConfig(rank, tp, pad, n, vocab, dpsBfloat16, dpsBackendOnesided);
+  cfg.timeout_ms = 500;
+  dpsComm_t comm = NULL;
+  int rc = gtCreate(&comm, &cfg);
+  if (rc) return rc;
+  gtBufs b;
+  if (gtAllocBufs(&b, tp, pad, n, vocab, dpsBfloat16, 0)) return 1;
+  if (gtSwapChecked(comm, &b, rank, tp, pad, 1, s, NULL)) return 1;
+  if (gtUploadSwap(&b, rank, tp, pad, 2)) return 1;
+  fxBarrier();
+  dpsResult_t ae = dpsSuccess;
+  if (rank == 0) {
+    FX_CHECK_OK(toCall(comm, &b, TO_SWAP_LL, pad, tp, s));
+    GT_CUDA(cudaStreamSynchronize(s));
+    FX_CHECK_OK(dpsCommGetAsyncError(comm, &ae));
+    FX_CHECK(ae == dpsTimeout, "rank 0: async error %s", dpsGetErrorString(ae));
+    fxBarrier();
+  } else {
+    fxBarrier();
+    const dpsResult_t r = toCall(comm, &b, TO_SWAP_LL, pad, tp, s);
+    FX_CHECK(r == dpsSuccess || r == dpsTimeout, "late call: %s", dpsGetLastError());
+    GT_CUDA(cudaStreamSynchronize(s));
+  }
+  const double t0 = nowS();
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  printf("  rank %d: destroy after the failure took %.3f s\n", rank, nowS() - t0);
+  gtFreeBufs(&b);
+  cudaStreamDestroy(s);
+  alarm(0);
+  return 0;
+}
+
+/* ---- dtype fixed differently on the ranks ----------------------------------------------
+ * dtype unset at creation; rank 0 prepares fp32, the others bf16: every rank
+ * gets dpsInvalidUsage naming the disagreement (none proceeds with a swap
+ * window of another size than its peers'), the communicator stays unprepared,
+ * and a second, agreeing prepare works (checked swap + gather). */
+static int bodyDtypeMismatch(int rank, int tp, dpsBackend_t backend) {
+  (void)backend;
+  cudaStream_t s;
+  GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int pad = 8 < tp ? tp : 8, n = 2;
+  const int64_t vocab = (int64_t)tp * 64;
+  dpsConfig_t cfg = gtConfig(rank, tp, pad, n, vocab, dpsDtypeUnset, dpsBackendOnesided);
+  dpsComm_t comm;
+  int rc = gtCreate(&comm, &cfg);
+  if (rc) return rc;
+  FX_CHECK_ERR(dpsCommPrepare(comm, rank == 0 ? dpsFloat32 : dpsBfloat16), dpsInvalidUsage,
+               "different logits dtypes");
+  dpsCommInfo_t info;
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.logits_dtype == dpsDtypeUnset && info.initialized == 0, "dtype %s init %d",
+           dpsDataTypeName(info.logits_dtype), info.initialized);
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
+  gtBufs b;
+  if (gtAllocBufs(&b, tp, pad, n, vocab, dpsBfloat16, 0)) return 1;
+  if (gtSwapChecked(comm, &b, rank, tp, pad, 1, s, NULL)) return 1;
+  if (gtGatherChecked(comm, &b, rank, tp, pad, 1, s, NULL, NULL)) return 1;
+  fxBarrier();
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  gtFreeBufs(&b);
   cudaStreamDestroy(s);
   return 0;
 }
@@ -469,6 +554,7 @@ int main(int argc, char** argv) {
   const osTest tests[] = {
       {"shapes", bodyShapes, 0},     {"lazy", bodyLazy, 0},       {"runahead", bodyRunAhead, 0},
       {"graph", bodyGraph, 0},       {"timeout", bodyTimeout, 1},
+      {"peerfail", bodyPeerFail, 1}, {"dtype", bodyDtypeMismatch, 0},
   };
   const int ngpu = fxGpuCount();
   if (ngpu < 2) {
