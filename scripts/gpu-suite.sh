@@ -6,7 +6,12 @@
 #   python  the Python tests, spec included
 #   compare bench/compare_torch.py
 #   sanitize the multi-GPU C tests at small sizes under compute-sanitizer
-# Logs (at most 6 files) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
+#   latency  dps-perf, onesided, small shapes, with and without PDL
+#   reliability  test_gpu_reliability with the issue's figures
+#            (DPS_RELIABILITY_CYCLES=1000, DPS_SOAK_REPLAYS=100000 unless set)
+# Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
+#      PERF_ARGS (extra dps-perf arguments), SAN_TESTS, SAN_TOOLS.
+# Logs (at most 8 files) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -24,9 +29,18 @@ for st in $stages; do
       make build BUILD=$BUILD CMAKE_ARGS="${NCCL_ROOT:+-DDPS_NCCL_ROOT=$NCCL_ROOT}" \
         >"$LOGDIR/build.log" 2>&1 || { rc=1; tail -40 "$LOGDIR/build.log"; break; } ;;
     ctest)
-      ctest --test-dir $BUILD --output-on-failure 2>&1 | tee "$LOGDIR/ctest.log" || rc=1 ;;
+      ctest --test-dir $BUILD --output-on-failure ${CTEST_ARGS:-} 2>&1 | tee "$LOGDIR/ctest.log" || rc=1 ;;
     perf)
-      $BUILD/tools/dps-perf 2>&1 | tee "$LOGDIR/perf.log" || rc=1 ;;
+      $BUILD/tools/dps-perf ${PERF_ARGS:-} 2>&1 | tee "$LOGDIR/perf.log" || rc=1 ;;
+    latency)
+      small=8x1x64,8x4,8x8,64x1,64x4,64x8,256x1,256x4,256x8,512x1,512x4,512x8
+      for pdl in 1 0; do
+        echo "--- DPSAMPLING_PDL=$pdl"
+        DPSAMPLING_PDL=$pdl $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || rc=1
+      done | tee "$LOGDIR/latency.log" ;;
+    reliability)
+      DPS_RELIABILITY_CYCLES=${DPS_RELIABILITY_CYCLES:-1000} DPS_SOAK_REPLAYS=${DPS_SOAK_REPLAYS:-100000} \
+        $BUILD/tests/test_gpu_reliability 2>&1 | tee "$LOGDIR/reliability.log" || rc=1 ;;
     python)
       make test-python BUILD=$BUILD 2>&1 | tee "$LOGDIR/pytest.log" | grep -E "PASS|FAIL|SKIP|ERROR|passed|failed" || rc=1 ;;
     compare)
