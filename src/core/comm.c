@@ -417,10 +417,14 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
                        cudaGetErrorString(e));
+  *capturing = st != cudaStreamCaptureStatusNone;
 #if CUDART_VERSION >= 12080
   /* A stream of another device would run our kernels there, on memory of
    * this device: refuse it up front. (The legacy/per-thread default streams
-   * report the current device, which opEnter just made ours.) */
+   * report the current device, which opEnter just made ours.) Not while the
+   * stream captures: the query is not permitted then and would invalidate
+   * the capture. */
+  if (*capturing) return dpsSuccess;
   int dev = -1;
   e = cudaStreamGetDevice(stream, &dev);
   if (e != cudaSuccess)
@@ -431,7 +435,6 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
                        "%s: stream=%p belongs to CUDA device %d, the communicator to device %d", op,
                        (void*)stream, dev, comm->device);
 #endif
-  *capturing = st != cudaStreamCaptureStatusNone;
   return dpsSuccess;
 }
 
