@@ -52,6 +52,7 @@ typedef struct {
   int maxb;          /* agreed grid cap */
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
   int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
+  int gthreads;      /* gather block size (DPSAMPLING_ONESIDED_GATHER_THREADS) */
 
   OsWindow a; /* flags + fail area + gather staging */
   size_t off_fail, off_gout, off_glp;
@@ -231,6 +232,27 @@ static int envPdl(void) {
   return 1;
 }
 
+/* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
+ * of 32 in [32, 1024] (default 256). Each thread owns one staging line per
+ * call, so fewer, larger blocks trade block count for block size. Local: the
+ * line a thread owns depends only on its global index, so ranks need not
+ * agree. */
+static int envGatherThreads(void) {
+  const char* s = getenv("DPSAMPLING_ONESIDED_GATHER_THREADS");
+  if (s == NULL || *s == '\0') return DPS_OS_GATHER_THREADS;
+  char* end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < 32 || v > DPS_OS_GATHER_THREADS_MAX ||
+      v % 32 != 0) {
+    dpsLog(DPS_LOG_WARN,
+           "DPSAMPLING_ONESIDED_GATHER_THREADS='%s' is not a multiple of 32 in [32, %d]; using %d",
+           s, DPS_OS_GATHER_THREADS_MAX, DPS_OS_GATHER_THREADS);
+    return DPS_OS_GATHER_THREADS;
+  }
+  return (int)v;
+}
+
 /* Element-wise min over ranks (creation: {SM count, LL threshold}; prepare:
  * the dtype). Blocks the host; never called from an operation's hot path. */
 static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
@@ -280,6 +302,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
   st->pdl = envPdl();
+  st->gthreads = envGatherThreads();
 
   /* error word: device copy + mapped pinned host copy */
   DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
@@ -317,9 +340,9 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
 
   dpsLog(DPS_LOG_INFO,
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
-         "PDL %s",
+         "PDL %s, gather blocks of %d threads",
          st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size,
-         st->pdl ? "on" : "off");
+         st->pdl ? "on" : "off", st->gthreads);
   return dpsSuccess;
 }
 
@@ -447,9 +470,9 @@ static dpsResult_t launchGather(dpsComm_t comm, OsState* st, dpsOsGatherArgs* a,
   /* The grid depends on the capacity (max_pad_bs), never on this call's
    * pad_bs: each block keeps its own epoch over a fixed set of lines. */
   int cap_blocks = st->maxb < DPS_OS_GATHER_MAX_BLOCKS ? st->maxb : DPS_OS_GATHER_MAX_BLOCKS;
-  int grid = clampGrid(((uint64_t)cap + DPS_OS_GATHER_THREADS - 1) / DPS_OS_GATHER_THREADS,
+  int grid = clampGrid(((uint64_t)cap + (uint64_t)st->gthreads - 1) / (uint64_t)st->gthreads,
                        cap_blocks);
-  cudaError_t ce = dpsOsLaunchGather(a, grid, stream);
+  cudaError_t ce = dpsOsLaunchGather(a, grid, st->gthreads, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),
                        cudaGetErrorString(ce));

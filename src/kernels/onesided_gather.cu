@@ -46,7 +46,7 @@ __device__ __forceinline__ void storeOut(const dpsOsGatherArgs& a, int src, u64 
   a.out[2][(u64)src * (u64)a.count[2] + j] = v;
 }
 
-__global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGatherArgs a) {
+__global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsOsGatherArgs a) {
   const dpsOsCommon& c = a.c;
   const u64 P = (u64)a.total, L = (P + 1) / 2, cap = (u64)a.cap;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS) gatherLLKernel(dpsOsGat
 
 }  // namespace
 
-extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, cudaStream_t stream) {
-  return dpsLaunch(gatherLLKernel, dim3((unsigned)grid), dim3(DPS_OS_GATHER_THREADS), stream,
+extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
+                                         cudaStream_t stream) {
+  return dpsLaunch(gatherLLKernel, dim3((unsigned)grid), dim3((unsigned)threads), stream,
                    a->c.pdl, *a);
 }

@@ -148,10 +148,14 @@ typedef struct {
   long long cap;     /* lines per (parity, src) */
 } dpsOsGatherArgs;
 
-cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, cudaStream_t stream);
+cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
+                              cudaStream_t stream);
 
 #define DPS_OS_SWAP_THREADS 512
+/* Gather block size: default, and the range DPSAMPLING_ONESIDED_GATHER_THREADS
+ * may choose from (a multiple of 32). */
 #define DPS_OS_GATHER_THREADS 256
+#define DPS_OS_GATHER_THREADS_MAX 1024
 
 /* ---- setup (onesided_setup.cu; the only place that includes nccl_device.h) */
 /* Writes the base address of every rank's registration of `win` (offset 0)
