@@ -196,6 +196,21 @@ static void err_give(PyObject* e) { /* steals e */
 /* ------------------------------------------------------------------------- */
 /* Refcounted C objects                                                       */
 
+/* Teardown without the GIL. dpsCommDestroy synchronizes the device and may
+ * deregister a window collectively, and ncclCommDestroy may wait for peers:
+ * when one process drives several ranks from threads, a rank's thread that
+ * held the GIL there would keep the other ranks' threads from reaching the
+ * same collective. A release comes with the GIL (close, dealloc, a DLPack
+ * deleter called by torch) or without it (a deleter called by a consumer on
+ * a thread of its own), so look which; nothing in between may touch a Python
+ * object. gil_drop() returns the thread state to give back to gil_take(), or
+ * NULL when this thread did not hold the GIL. */
+static PyThreadState* gil_drop(void) { return PyGILState_Check() ? PyEval_SaveThread() : NULL; }
+
+static void gil_take(PyThreadState* ts) {
+  if (ts != NULL) PyEval_RestoreThread(ts);
+}
+
 typedef struct {
   long refs;
   ncclComm_t comm;
@@ -207,7 +222,11 @@ static void shared_nccl_retain(SharedNccl* s) { __atomic_add_fetch(&s->refs, 1, 
 static void shared_nccl_release(SharedNccl* s) {
   if (s == NULL) return;
   if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  if (!shutting_down() && s->comm != NULL) ncclCommDestroy(s->comm);
+  if (!shutting_down() && s->comm != NULL) {
+    PyThreadState* ts = gil_drop();
+    ncclCommDestroy(s->comm);
+    gil_take(ts);
+  }
   free(s);
 }
 
@@ -219,12 +238,18 @@ typedef struct {
 
 static void handle_retain(Handle* h) { __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED); }
 
+/* Dropping the last reference destroys the communicator, without the GIL
+ * (gil_drop). Every holder other than the Comm object's own reference is a
+ * DLPack tensor or a call in progress (comm_enter), so close() never destroys
+ * under a running call. */
 static void handle_release(Handle* h) {
   if (h == NULL) return;
   if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
   if (!shutting_down()) {
+    PyThreadState* ts = gil_drop();
     (void)dpsCommDestroy(h->comm); /* before the NCCL communicator it borrows */
-    shared_nccl_release(h->nccl);
+    shared_nccl_release(h->nccl);  /* the GIL is already dropped here */
+    gil_take(ts);
   }
   free(h);
 }
@@ -494,6 +519,7 @@ static void dev_leave(DevGuard* g) {
 
 typedef struct {
   PyObject_HEAD SharedNccl* s;
+  int initializing; /* ncclCommInitRank in progress without the GIL (GIL-protected) */
 } NcclGroupObject;
 
 static PyTypeObject NcclGroupType;
@@ -505,9 +531,11 @@ static int ncclgroup_init(NcclGroupObject* self, PyObject* args, PyObject* kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "y*iii:NcclGroup", kwlist, &uid, &nranks, &rank,
                                    &device))
     return -1;
-  if (self->s != NULL) {
+  if (self->s != NULL || self->initializing) {
     PyBuffer_Release(&uid);
-    PyErr_SetString(PyExc_RuntimeError, "NcclGroup is already initialized");
+    PyErr_SetString(PyExc_RuntimeError, self->initializing
+                                            ? "NcclGroup is being initialized by another thread"
+                                            : "NcclGroup is already initialized");
     return -1;
   }
   if (uid.len != (Py_ssize_t)sizeof(dpsUniqueId)) {
@@ -528,6 +556,7 @@ static int ncclgroup_init(NcclGroupObject* self, PyObject* args, PyObject* kw) {
   ncclComm_t comm = NULL;
   ncclResult_t nr = ncclSuccess;
   cudaError_t ce;
+  self->initializing = 1; /* a second __init__ meanwhile must not start another */
   Py_BEGIN_ALLOW_THREADS;
   DevGuard g;
   ce = dev_enter(&g, device);
@@ -536,6 +565,7 @@ static int ncclgroup_init(NcclGroupObject* self, PyObject* args, PyObject* kw) {
     dev_leave(&g);
   }
   Py_END_ALLOW_THREADS;
+  self->initializing = 0;
   if (ce != cudaSuccess) {
     PyErr_Format(PyExc_RuntimeError, "cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(ce));
     return -1;
@@ -684,6 +714,34 @@ static dpsResult_t adapter_all_to_all(void* ctx, const void* sendbuf, void* recv
 /* ------------------------------------------------------------------------- */
 /* Comm: base type of dpsampling.DpSamplingComm                               */
 
+/* A call in progress and the GIL.
+ *
+ * Every library call that may block the host runs without the GIL: creation
+ * (NCCL bootstrap traffic, an all-gather, a host sync), prepare (collective
+ * window registration), the operations (the first swap on a communicator
+ * whose dtype is unset prepares; NCCL may connect lazily on a first
+ * collective) and destroy (handle_release). With one thread per rank in one
+ * process, a rank blocked there with the GIL would keep the others from
+ * reaching the same collective. Only C locals (pointers, sizes, the stream)
+ * cross a GIL-free section; tensors are built and exceptions raised after it,
+ * on the same thread, so dpsGetLastError() (per thread) is the failing call's.
+ *
+ * Meanwhile another thread can reach the object, and so can Python code that
+ * a call runs on its own thread (tensor attribute reads, torch's stream, a
+ * fallback_comm_backend callback, which reacquires the GIL in
+ * adapter_invoke). `busy` names the call in progress, from comm_enter to
+ * comm_leave; it is read and written with the GIL held only. While it is set:
+ *  - another operation, prepare, _create or _set_collectives raises
+ *    RuntimeError: the library allows one host thread at a time per
+ *    communicator, and a callback re-entering its own communicator would
+ *    re-enter the library;
+ *  - close() raises RuntimeError; tp_clear leaves the object alone; dealloc
+ *    cannot run, since the call holds a reference to the object;
+ *  - the getters report `info`, the state as of the end of the previous call
+ *    (dpsCommGetInfo would read fields the call may be writing), and
+ *    async_error() raises RuntimeError.
+ * The call also holds a reference to the handle and works on that, never on
+ * self->h (the hold that prepare used to take alone). */
 typedef struct {
   PyObject_HEAD Handle* h;
   int device, tp, n, max_pad_bs;
@@ -696,6 +754,8 @@ typedef struct {
   PyObject** logprob_views;
   float* logprob_ptr;
   Adapter* adapter;
+  const char* busy;   /* name of the call in progress, or NULL (see above) */
+  dpsCommInfo_t info; /* snapshot for the getters while busy */
 } CommObject;
 
 static PyTypeObject CommType;
@@ -705,21 +765,29 @@ static void clear_views(PyObject** v, int max_pad_bs) {
   for (int i = 0; i <= max_pad_bs; ++i) Py_CLEAR(v[i]);
 }
 
+static void free_views(PyObject** v, int max_pad_bs) {
+  clear_views(v, max_pad_bs);
+  PyMem_Free(v);
+}
+
+/* Takes everything off the object first, then lets it go: dropping a view or
+ * the adapter's objects can run Python code, which then finds the object
+ * closed, and the last handle reference destroys without the GIL. Callers
+ * make sure no call is in progress (busy == NULL). */
 static void comm_release(CommObject* self) {
-  clear_views(self->swap_views, self->max_pad_bs);
-  clear_views(self->gather_views, self->max_pad_bs);
-  clear_views(self->logprob_views, self->max_pad_bs);
-  PyMem_Free(self->swap_views);
-  PyMem_Free(self->gather_views);
-  PyMem_Free(self->logprob_views);
-  self->swap_views = self->gather_views = self->logprob_views = NULL;
-  if (self->adapter != NULL) {
-    if (self->h != NULL) (void)dpsCommSetCollectives(self->h->comm, NULL);
-    adapter_free(self->adapter);
-    self->adapter = NULL;
-  }
+  PyObject** sv = self->swap_views;
+  PyObject** gv = self->gather_views;
+  PyObject** lv = self->logprob_views;
+  Adapter* a = self->adapter;
   Handle* h = self->h;
+  self->swap_views = self->gather_views = self->logprob_views = NULL;
+  self->adapter = NULL;
   self->h = NULL;
+  if (a != NULL && h != NULL) (void)dpsCommSetCollectives(h->comm, NULL);
+  free_views(sv, self->max_pad_bs);
+  free_views(gv, self->max_pad_bs);
+  free_views(lv, self->max_pad_bs);
+  adapter_free(a);
   handle_release(h);
 }
 
@@ -733,15 +801,18 @@ static int comm_traverse(CommObject* self, visitproc visit, void* arg) {
 }
 
 static int comm_clear(CommObject* self) {
-  if (self->adapter != NULL) {
-    if (self->h != NULL) (void)dpsCommSetCollectives(self->h->comm, NULL);
-    adapter_free(self->adapter);
+  if (self->busy != NULL) return 0; /* a call uses the adapter (and holds self): not garbage */
+  Adapter* a = self->adapter;
+  if (a != NULL) {
     self->adapter = NULL;
+    if (self->h != NULL) (void)dpsCommSetCollectives(self->h->comm, NULL);
+    adapter_free(a);
   }
   return 0;
 }
 
 static void comm_dealloc(CommObject* self) {
+  /* busy is NULL here: a call in progress holds a reference to self. */
   PyObject_GC_UnTrack(self);
   comm_release(self);
   Py_TYPE(self)->tp_free((PyObject*)self);
@@ -753,6 +824,42 @@ static int comm_open(CommObject* self) {
     return -1;
   }
   return 0;
+}
+
+static PyObject* busy_error(CommObject* self, const char* what) {
+  PyErr_Format(PyExc_RuntimeError,
+               "DpSamplingComm.%s: the communicator is in use by %s on another thread (or this "
+               "is a callback of that call); a communicator may be used by one thread at a time, "
+               "so wait for that call to return",
+               what, self->busy);
+  return NULL;
+}
+
+/* Starts the call `op` (see "A call in progress" above). With hp, the
+ * communicator must be open and *hp gets a reference to its handle; without
+ * (_create), none is taken. Returns -1 with RuntimeError while busy. */
+static int comm_enter(CommObject* self, const char* op, Handle** hp) {
+  if (self->busy != NULL) {
+    busy_error(self, op);
+    return -1;
+  }
+  if (hp != NULL) {
+    if (comm_open(self) != 0) return -1;
+    *hp = self->h;
+    handle_retain(*hp);
+  }
+  self->busy = op;
+  Py_INCREF(self);
+  return 0;
+}
+
+/* Ends the call. Raise before leaving: the handle reference is dropped here
+ * (never the last one, as close() waits for the call, but keep it so). */
+static void comm_leave(CommObject* self, Handle* h) {
+  if (h != NULL) (void)dpsCommGetInfo(h->comm, &self->info);
+  self->busy = NULL;
+  handle_release(h);
+  Py_DECREF(self);
 }
 
 static PyObject* op_fail(CommObject* self, dpsResult_t r) {
@@ -780,6 +887,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "O!iiiiLiii:_create", &NcclGroupType, &grp, &tp, &rank, &max_pad_bs,
                         &n, &vocab, &dtype, &backend, &device))
     return NULL;
+  if (self->busy != NULL) return busy_error(self, "_create");
   if (self->h != NULL) {
     PyErr_SetString(PyExc_RuntimeError, "the DpSamplingComm is already created");
     return NULL;
@@ -810,22 +918,36 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
     PyMem_Free(lv);
     return PyErr_NoMemory();
   }
-  dpsComm_t comm = NULL;
-  ncclComm_t nc = grp->s->comm;
-  Py_BEGIN_ALLOW_THREADS;
-  r = dpsCommInitFromNccl(&comm, nc, &cfg);
-  Py_END_ALLOW_THREADS;
-  if (r != dpsSuccess) {
+  if (comm_enter(self, "_create", NULL) != 0) { /* cannot fail: checked above */
     free(h);
     PyMem_Free(sv);
     PyMem_Free(gv);
     PyMem_Free(lv);
-    return raise_dps(r);
+    return NULL;
+  }
+  /* The creation borrows the group's NCCL communicator: hold it across the
+   * GIL-free section (the registry may drop the group meanwhile); on success
+   * this reference becomes the handle's. */
+  SharedNccl* s = grp->s;
+  shared_nccl_retain(s);
+  dpsComm_t comm = NULL;
+  ncclComm_t nc = s->comm;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsCommInitFromNccl(&comm, nc, &cfg);
+  Py_END_ALLOW_THREADS;
+  if (r != dpsSuccess) {
+    raise_dps(r); /* before anything else can call the library on this thread */
+    free(h);
+    PyMem_Free(sv);
+    PyMem_Free(gv);
+    PyMem_Free(lv);
+    shared_nccl_release(s); /* not the last: grp holds one */
+    comm_leave(self, NULL);
+    return NULL;
   }
   h->refs = 1;
   h->comm = comm;
-  h->nccl = grp->s;
-  shared_nccl_retain(grp->s);
+  h->nccl = s;
   self->h = h;
   self->device = device;
   self->tp = tp;
@@ -835,17 +957,20 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   self->swap_views = sv;
   self->gather_views = gv;
   self->logprob_views = lv;
+  self->swap_ptr = NULL;
+  self->gather_ptrs[0] = self->gather_ptrs[1] = self->gather_ptrs[2] = NULL;
+  self->logprob_ptr = NULL;
+  (void)dpsCommGetInfo(comm, &self->info);
+  comm_leave(self, NULL);
   Py_RETURN_NONE;
 }
 
 /* _set_collectives(backend_or_None, group) */
-static PyObject* comm_set_collectives(CommObject* self, PyObject* args) {
-  PyObject *backend, *group;
-  if (!PyArg_ParseTuple(args, "OO:_set_collectives", &backend, &group)) return NULL;
-  if (comm_open(self) != 0) return NULL;
+static PyObject* set_collectives_body(CommObject* self, Handle* h, PyObject* backend,
+                                      PyObject* group) {
   Adapter* old = self->adapter;
   if (backend == Py_None) {
-    (void)dpsCommSetCollectives(self->h->comm, NULL);
+    (void)dpsCommSetCollectives(h->comm, NULL);
     self->adapter = NULL;
     adapter_free(old);
     Py_RETURN_NONE;
@@ -856,31 +981,43 @@ static PyObject* comm_set_collectives(CommObject* self, PyObject* args) {
                  backend);
     return NULL;
   }
+  int has_all_to_all = PyObject_HasAttrString(backend, "all_to_all_single");
   Adapter* a = (Adapter*)calloc(1, sizeof *a);
   if (a == NULL) return PyErr_NoMemory();
   Py_INCREF(backend);
   Py_INCREF(group);
   a->backend = backend;
   a->group = group;
-  a->owner = self->h;
+  a->owner = h; /* borrowed: close() and _set_collectives wait for calls using it */
   a->device = self->device;
   a->tp = self->tp;
   dpsCollectives_t table;
   table.ctx = a;
   table.all_gather = adapter_all_gather;
   /* all_to_all only when the object has it; otherwise NCCL */
-  table.all_to_all = PyObject_HasAttrString(backend, "all_to_all_single") ? adapter_all_to_all : NULL;
-  dpsResult_t r = dpsCommSetCollectives(self->h->comm, &table);
+  table.all_to_all = has_all_to_all ? adapter_all_to_all : NULL;
+  dpsResult_t r = dpsCommSetCollectives(h->comm, &table);
   if (r != dpsSuccess) {
+    raise_dps(r);
     adapter_free(a);
-    return raise_dps(r);
+    return NULL;
   }
   self->adapter = a;
   adapter_free(old);
   Py_RETURN_NONE;
 }
 
-static PyObject* swap_view(CommObject* self, void* out, int pad_bs, dpsDataType_t dt) {
+static PyObject* comm_set_collectives(CommObject* self, PyObject* args) {
+  PyObject *backend, *group;
+  if (!PyArg_ParseTuple(args, "OO:_set_collectives", &backend, &group)) return NULL;
+  Handle* h;
+  if (comm_enter(self, "_set_collectives", &h) != 0) return NULL;
+  PyObject* ret = set_collectives_body(self, h, backend, group);
+  comm_leave(self, h);
+  return ret;
+}
+
+static PyObject* swap_view(CommObject* self, Handle* h, void* out, int pad_bs, dpsDataType_t dt) {
   if (out != self->swap_ptr) { /* a new buffer (never expected): drop stale views */
     clear_views(self->swap_views, self->max_pad_bs);
     self->swap_ptr = out;
@@ -888,7 +1025,7 @@ static PyObject* swap_view(CommObject* self, void* out, int pad_bs, dpsDataType_
   PyObject* v = self->swap_views[pad_bs];
   if (v == NULL) {
     int64_t shape[2] = {(int64_t)(pad_bs / self->tp) * self->n, self->vocab};
-    v = make_tensor(self->h, out, self->device, dl_of_dps(dt), 2, shape);
+    v = make_tensor(h, out, self->device, dl_of_dps(dt), 2, shape);
     if (v == NULL) return NULL;
     self->swap_views[pad_bs] = v;
   }
@@ -896,13 +1033,8 @@ static PyObject* swap_view(CommObject* self, void* out, int pad_bs, dpsDataType_
   return v;
 }
 
-static PyObject* comm_swap_impl(CommObject* self, PyObject* args, PyObject* kw, int copy) {
-  static char* kwlist[] = {"local_logits", "pad_bs", NULL};
-  PyObject* x;
-  PyObject* pad_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:swap_batch_vocab", kwlist, &x, &pad_obj))
-    return NULL;
-  if (comm_open(self) != 0 || torch_load() != 0) return NULL;
+static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
+  if (torch_load() != 0) return NULL;
   PyObject* dt = tensor_dtype(x, "local_logits");
   if (dt == NULL) return NULL;
   dpsDataType_t code = dt == t_f32 ? dpsFloat32 : dt == t_bf16 ? dpsBfloat16 : dt == t_f16 ? dpsFloat16 : dpsDtypeUnset;
@@ -921,11 +1053,27 @@ static PyObject* comm_swap_impl(CommObject* self, PyObject* args, PyObject* kw, 
   void* stream;
   if (current_stream(self->device, &stream) != 0) return NULL;
   adapter_reset(self);
+  dpsComm_t comm = h->comm;
   void* out = NULL;
-  dpsResult_t r = dpsSwapBatchVocab(self->h->comm, a.ptr, a.shape[0], a.shape[1], code, pad_bs,
-                                    &out, (struct CUstream_st*)stream);
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS; /* the first swap may prepare (collective) */
+  r = dpsSwapBatchVocab(comm, a.ptr, a.shape[0], a.shape[1], code, pad_bs, &out,
+                        (struct CUstream_st*)stream);
+  Py_END_ALLOW_THREADS;
   if (r != dpsSuccess) return op_fail(self, r);
-  PyObject* v = swap_view(self, out, pad_bs, code);
+  return swap_view(self, h, out, pad_bs, code);
+}
+
+static PyObject* comm_swap_impl(CommObject* self, PyObject* args, PyObject* kw, int copy) {
+  static char* kwlist[] = {"local_logits", "pad_bs", NULL};
+  PyObject* x;
+  PyObject* pad_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:swap_batch_vocab", kwlist, &x, &pad_obj))
+    return NULL;
+  Handle* h;
+  if (comm_enter(self, "swap_batch_vocab", &h) != 0) return NULL;
+  PyObject* v = swap_body(self, h, x, pad_obj);
+  comm_leave(self, h);
   if (v == NULL || !copy) return v;
   PyObject* c = PyObject_CallMethodNoArgs(v, s_clone); /* on torch's current stream */
   Py_DECREF(v);
@@ -949,14 +1097,9 @@ static int expect_dtype(PyObject* t, const char* name, PyObject* want, const cha
   return ok ? 0 : -1;
 }
 
-static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"predict", "accept_index", "accept_length", "pad_bs", NULL};
-  PyObject *p, *ai, *al;
-  PyObject* pad_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:gather_verify_outputs", kwlist, &p, &ai, &al,
-                                   &pad_obj))
-    return NULL;
-  if (comm_open(self) != 0 || torch_load() != 0) return NULL;
+static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, PyObject* ai,
+                                     PyObject* al, PyObject* pad_obj) {
+  if (torch_load() != 0) return NULL;
   if (expect_dtype(p, "predict", t_i32, "torch.int32") != 0 ||
       expect_dtype(ai, "accept_index", t_i32, "torch.int32") != 0 ||
       expect_dtype(al, "accept_length", t_i32, "torch.int32") != 0)
@@ -982,11 +1125,14 @@ static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject*
   void* stream;
   if (current_stream(self->device, &stream) != 0) return NULL;
   adapter_reset(self);
+  dpsComm_t comm = h->comm;
   int32_t *po = NULL, *aio = NULL, *alo = NULL;
-  dpsResult_t r = dpsGatherVerifyOutputs(self->h->comm, (const int32_t*)tp_.ptr,
-                                         (const int32_t*)tai.ptr, (const int32_t*)tal.ptr,
-                                         tp_.shape[0], tp_.shape[1], pad_bs, &po, &aio, &alo,
-                                         (struct CUstream_st*)stream);
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsGatherVerifyOutputs(comm, (const int32_t*)tp_.ptr, (const int32_t*)tai.ptr,
+                             (const int32_t*)tal.ptr, tp_.shape[0], tp_.shape[1], pad_bs, &po,
+                             &aio, &alo, (struct CUstream_st*)stream);
+  Py_END_ALLOW_THREADS;
   if (r != dpsSuccess) return op_fail(self, r);
   if (po != self->gather_ptrs[0] || aio != self->gather_ptrs[1] || alo != self->gather_ptrs[2]) {
     clear_views(self->gather_views, self->max_pad_bs);
@@ -998,9 +1144,9 @@ static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject*
   if (v == NULL) {
     int64_t s2[2] = {pad_bs, self->n};
     int64_t s1[1] = {pad_bs};
-    PyObject* a = make_tensor(self->h, po, self->device, dl_i32, 2, s2);
-    PyObject* b = a ? make_tensor(self->h, aio, self->device, dl_i32, 2, s2) : NULL;
-    PyObject* c = b ? make_tensor(self->h, alo, self->device, dl_i32, 1, s1) : NULL;
+    PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
+    PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
+    PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
     if (c == NULL) {
       Py_XDECREF(a);
       Py_XDECREF(b);
@@ -1017,13 +1163,22 @@ static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject*
   return v;
 }
 
-static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"logprobs", "pad_bs", NULL};
-  PyObject* x;
+static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"predict", "accept_index", "accept_length", "pad_bs", NULL};
+  PyObject *p, *ai, *al;
   PyObject* pad_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:gather_verify_logprobs", kwlist, &x, &pad_obj))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:gather_verify_outputs", kwlist, &p, &ai, &al,
+                                   &pad_obj))
     return NULL;
-  if (comm_open(self) != 0 || torch_load() != 0) return NULL;
+  Handle* h;
+  if (comm_enter(self, "gather_verify_outputs", &h) != 0) return NULL;
+  PyObject* v = gather_outputs_body(self, h, p, ai, al, pad_obj);
+  comm_leave(self, h);
+  return v;
+}
+
+static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
+  if (torch_load() != 0) return NULL;
   if (expect_dtype(x, "logprobs", t_f32, "torch.float32") != 0) return NULL;
   TArg a;
   if (tensor_arg(x, "logprobs", self->device, 2, 0, &a) != 0) return NULL;
@@ -1032,9 +1187,13 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   void* stream;
   if (current_stream(self->device, &stream) != 0) return NULL;
   adapter_reset(self);
+  dpsComm_t comm = h->comm;
   float* out = NULL;
-  dpsResult_t r = dpsGatherVerifyLogprobs(self->h->comm, (const float*)a.ptr, a.shape[0],
-                                          a.shape[1], pad_bs, &out, (struct CUstream_st*)stream);
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsGatherVerifyLogprobs(comm, (const float*)a.ptr, a.shape[0], a.shape[1], pad_bs, &out,
+                              (struct CUstream_st*)stream);
+  Py_END_ALLOW_THREADS;
   if (r != dpsSuccess) return op_fail(self, r);
   if (out != self->logprob_ptr) {
     clear_views(self->logprob_views, self->max_pad_bs);
@@ -1043,7 +1202,7 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   PyObject* v = self->logprob_views[pad_bs];
   if (v == NULL) {
     int64_t s2[2] = {pad_bs, self->n};
-    v = make_tensor(self->h, out, self->device, dl_f32, 2, s2);
+    v = make_tensor(h, out, self->device, dl_f32, 2, s2);
     if (v == NULL) return NULL;
     self->logprob_views[pad_bs] = v;
   }
@@ -1051,35 +1210,56 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   return v;
 }
 
+static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"logprobs", "pad_bs", NULL};
+  PyObject* x;
+  PyObject* pad_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:gather_verify_logprobs", kwlist, &x, &pad_obj))
+    return NULL;
+  Handle* h;
+  if (comm_enter(self, "gather_verify_logprobs", &h) != 0) return NULL;
+  PyObject* v = gather_logprobs_body(self, h, x, pad_obj);
+  comm_leave(self, h);
+  return v;
+}
+
 static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"dtype", NULL};
   PyObject* d;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O:prepare_verify_outputs", kwlist, &d)) return NULL;
-  if (comm_open(self) != 0) return NULL;
-  int code = dtype_code_of(d, 0, "dtype");
-  if (code == -2) return NULL;
-  dpsResult_t r;
-  /* prepare is collective and may block: another thread could close() the
-   * comm meanwhile, so hold a reference on the handle across the call. */
-  Handle* h = self->h;
-  handle_retain(h);
-  Py_BEGIN_ALLOW_THREADS;
-  r = dpsCommPrepare(h->comm, (dpsDataType_t)code);
-  Py_END_ALLOW_THREADS;
-  handle_release(h);
-  if (r != dpsSuccess) return raise_dps(r);
-  Py_RETURN_NONE;
+  Handle* h;
+  if (comm_enter(self, "prepare_verify_outputs", &h) != 0) return NULL;
+  PyObject* ret = NULL;
+  int code = dtype_code_of(d, 0, "dtype"); /* may import torch */
+  if (code != -2) {
+    adapter_reset(self);
+    dpsComm_t comm = h->comm;
+    dpsResult_t r;
+    Py_BEGIN_ALLOW_THREADS; /* collective and blocking */
+    r = dpsCommPrepare(comm, (dpsDataType_t)code);
+    Py_END_ALLOW_THREADS;
+    if (r != dpsSuccess) {
+      op_fail(self, r);
+    } else {
+      ret = Py_None;
+      Py_INCREF(ret);
+    }
+  }
+  comm_leave(self, h);
+  return ret;
 }
 
 static PyObject* comm_close(CommObject* self, PyObject* unused) {
   (void)unused;
-  comm_release(self);
+  if (self->busy != NULL) return busy_error(self, "close()");
+  comm_release(self); /* destroys without the GIL when the last reference goes */
   Py_RETURN_NONE;
 }
 
 static PyObject* comm_async_error(CommObject* self, PyObject* unused) {
   (void)unused;
   if (comm_open(self) != 0) return NULL;
+  if (self->busy != NULL) return busy_error(self, "async_error()");
   dpsResult_t st = dpsSuccess;
   dpsResult_t r = dpsCommGetAsyncError(self->h->comm, &st);
   if (r != dpsSuccess) return raise_dps(r);
@@ -1087,8 +1267,13 @@ static PyObject* comm_async_error(CommObject* self, PyObject* unused) {
   return PyUnicode_FromFormat("%s: %s", dpsGetErrorString(st), dpsGetLastError());
 }
 
+/* The communicator's state; while a call is in progress, as of its start. */
 static int comm_info(CommObject* self, dpsCommInfo_t* info) {
   if (comm_open(self) != 0) return -1;
+  if (self->busy != NULL) {
+    *info = self->info;
+    return 0;
+  }
   dpsResult_t r = dpsCommGetInfo(self->h->comm, info);
   if (r != dpsSuccess) {
     raise_dps(r);

@@ -389,3 +389,80 @@ def test_onesided_available_on_devices_rejects_bad_ordinals():
     for bad in ([-1], [2**32], [0, 2**40]):
         with pytest.raises(ValueError, match="is not a device ordinal"):
             C.onesided_available_on_devices(bad)
+
+
+# ---- GIL released around library calls: per-thread errors, closed objects ------------
+
+
+def test_error_message_after_gil_release_is_this_threads():
+    """onesided_available_on_devices runs the library without the GIL; its
+    argument error must still come back with its own message (dpsGetLastError
+    is per thread, read after the GIL is back) while other threads fail
+    different calls at the same time."""
+    import threading
+
+    C = dpsampling._dpsampling
+    n_threads, rounds = 8, 200
+    barrier = threading.Barrier(n_threads)
+    failures = []
+
+    def worker(i):
+        barrier.wait()
+        for _ in range(rounds):
+            try:
+                if i % 2 == 0:
+                    with pytest.raises(ValueError) as e:
+                        C.onesided_available_on_devices([])  # count=0, GIL released
+                    msg = str(e.value)
+                    assert "dpsOnesidedAvailableOnDevices" in msg and "count=0" in msg, msg
+                    assert "[dpsInvalidArgument]" in msg, msg
+                else:
+                    vocab = 63 + 2 * i  # odd: not a multiple of tp_size=2
+                    with pytest.raises(ValueError) as e:
+                        C.config_check(2, 0, 8, 1, vocab, C.DTYPE_UNSET, C.BACKEND_AUTO)
+                    assert f"vocab_size={vocab}" in str(e.value), str(e.value)
+            except BaseException as exc:  # collected: pytest.raises/asserts in threads
+                failures.append(f"thread {i}: {exc!r}")
+                return
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    assert not failures, failures[:5]
+
+
+def test_uncreated_comm_is_closed_everywhere():
+    """A Comm that was never created (or was closed) refuses every operation
+    with RuntimeError and closes idempotently; nothing needs a GPU."""
+    C = dpsampling._dpsampling
+    c = C.Comm()
+    assert c.closed is True
+    assert c.is_initialized is False
+    for call in (
+        lambda: c.swap_batch_vocab(None),
+        lambda: c._swap_batch_vocab_new(None, 8),
+        lambda: c.gather_verify_outputs(None, None, None),
+        lambda: c.gather_verify_logprobs(None),
+        lambda: c.prepare_verify_outputs("fp32"),
+        lambda: c._set_collectives(None, (0,)),
+        lambda: c.async_error(),
+        lambda: c.backend,
+    ):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    c.close()
+    c.close()
+    assert c.closed is True
+    with pytest.raises(RuntimeError, match="NcclGroup is not initialized"):
+        c._create(C.NcclGroup.__new__(C.NcclGroup), 1, 0, 8, 1, 64, C.DTYPE_UNSET,
+                  C.BACKEND_NCCL, 0)
+    assert c.closed is True
+    del c
