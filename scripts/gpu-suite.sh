@@ -10,8 +10,10 @@
 #   reliability  test_gpu_reliability with the issue's figures
 #            (DPS_RELIABILITY_CYCLES=1000, DPS_SOAK_REPLAYS=100000 unless set)
 # Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
-#      PERF_ARGS (extra dps-perf arguments), SAN_TESTS, SAN_TOOLS.
-# Logs (at most 8 files) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
+#      PERF_ARGS (extra dps-perf arguments), SAN_TESTS, SAN_TOOLS,
+#      SAN_LANE_TIMEOUT (seconds per sanitized test), SAN_LANE_DEADLINE (no new
+#      test starts in a tool's lane after that many seconds).
+# Logs (at most 8 files; sanitize writes one per tool) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -33,11 +35,15 @@ for st in $stages; do
     perf)
       $BUILD/tools/dps-perf ${PERF_ARGS:-} 2>&1 | tee "$LOGDIR/perf.log" || rc=1 ;;
     latency)
+      # onesided small shapes: PDL on/off, gather block sizes
       small=8x1x64,8x4,8x8,64x1,64x4,64x8,256x1,256x4,256x8,512x1,512x4,512x8
-      for pdl in 1 0; do
-        echo "--- DPSAMPLING_PDL=$pdl"
-        DPSAMPLING_PDL=$pdl $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || rc=1
-      done | tee "$LOGDIR/latency.log" ;;
+      for v in "1 256" "0 256" "1 512" "1 1024"; do
+        set -- $v
+        echo "--- DPSAMPLING_PDL=$1 DPSAMPLING_ONESIDED_GATHER_THREADS=$2"
+        DPSAMPLING_PDL=$1 DPSAMPLING_ONESIDED_GATHER_THREADS=$2 \
+          $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || echo "dps-perf failed"
+      done | tee "$LOGDIR/latency.log"
+      grep -q "dps-perf failed" "$LOGDIR/latency.log" && rc=1 ;;
     reliability)
       DPS_RELIABILITY_CYCLES=${DPS_RELIABILITY_CYCLES:-1000} DPS_SOAK_REPLAYS=${DPS_SOAK_REPLAYS:-100000} \
         $BUILD/tests/test_gpu_reliability 2>&1 | tee "$LOGDIR/reliability.log" || rc=1 ;;
@@ -46,16 +52,29 @@ for st in $stages; do
     compare)
       PYTHONPATH=$PWD/$BUILD/python python3 bench/compare_torch.py 2>&1 | tee "$LOGDIR/compare.log" || rc=1 ;;
     sanitize)
+      # One lane per tool, in parallel; each lane runs the tests in turn.
       # NCCL probes CUDA APIs that fail by design (cuMemCreate with fabric
       # handles, kernels not built for this arch): report kernel errors only.
-      for t in ${SAN_TESTS:-$BUILD/tests/test_gpu_*}; do
-        for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
-          echo "--- $tool $t"
-          DPS_TEST_SMALL=1 compute-sanitizer --tool $tool --report-api-errors no --target-processes all --error-exitcode 9 \
-            $t >/tmp/san.log 2>&1; r=$?
-          cat /tmp/san.log >>"$LOGDIR/sanitize.log"; tail -3 /tmp/san.log; [ $r -eq 0 ] || rc=1
-        done
-      done ;;
+      # SAN_TESTS entries are "binary[:argument]".
+      for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
+        (
+          lrc=0; start=$SECONDS
+          for t in ${SAN_TESTS:-$BUILD/tests/test_gpu_*}; do
+            bin=${t%%:*}; arg=""; [ "$bin" != "$t" ] && arg=${t#*:}
+            if [ $((SECONDS - start)) -ge ${SAN_LANE_DEADLINE:-100000} ]; then
+              echo "--- $tool $bin $arg: not run (lane deadline ${SAN_LANE_DEADLINE}s)"; continue
+            fi
+            echo "--- $tool $bin $arg"
+            DPS_TEST_SMALL=1 DPS_RELIABILITY_CYCLES=3 DPS_SOAK_REPLAYS=50 \
+              timeout ${SAN_LANE_TIMEOUT:-900} compute-sanitizer --tool $tool --report-api-errors no \
+              --target-processes all --error-exitcode 9 $bin $arg >/tmp/san-$tool.log 2>&1; r=$?
+            cat /tmp/san-$tool.log; echo "--- $tool $bin $arg: exit $r"; [ $r -eq 0 ] || lrc=1
+          done
+          exit $lrc
+        ) >"$LOGDIR/sanitize-$tool.log" 2>&1 &
+      done
+      for j in $(jobs -p); do wait $j || rc=1; done
+      grep -h -E "^--- .*: (exit|not run)|ERROR SUMMARY|RACECHECK SUMMARY" "$LOGDIR"/sanitize-*.log ;;
     *) echo "unknown stage $st"; rc=1 ;;
   esac
 done
