@@ -26,6 +26,9 @@ BACKENDS = ["nccl", "onesided"]
 
 
 def _skip_unless_onesided(world_size, backend="onesided"):
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < world_size:
+        pytest.skip(f"needs {world_size} GPUs, have {have}")
     if backend == "onesided" and not _onesided_available_for_test(tuple(range(world_size))):
         pytest.skip("one-sided dp-sampling backend is not available")
 
