@@ -589,6 +589,24 @@ static void opSwap(Rd* r, Model* m, dpsComm_t comm) {
   rec.fail_prepare = rec.fail_op = dpsSuccess;
 }
 
+/* The [reqs, n] and pad_bs of a gather call: near-valid (a valid shape,
+ * sometimes nudged by a few) when `guided` on a live communicator, else raw. */
+static void verifyShape(Rd* r, const Model* m, int guided, int* pad_bs, int64_t* reqs,
+                        int64_t* n) {
+  if (m->live && guided) {
+    uint8_t b = u8(r);
+    const int tp = m->cfg.tp_size;
+    *pad_bs = addClampInt((int64_t)tp * (1 + (int64_t)(u32(r) % (uint32_t)(m->cfg.max_pad_bs / tp))),
+                          (b & 1) ? (int)(b >> 4) - 8 : 0);
+    *reqs = *pad_bs / tp + ((b & 2) ? (int)((b >> 2) & 3) - 2 : 0);
+    *n = m->cfg.num_tokens_per_req + ((b & 4) ? (b & 8 ? -1 : 1) : 0);
+  } else {
+    *pad_bs = fInt(r);
+    *reqs = fI64(r);
+    *n = fI64(r);
+  }
+}
+
 static void opGatherOutputs(Rd* r, Model* m, dpsComm_t comm) {
   uint8_t bits = u8(r);
   const int32_t* p = fPtr(bits, 0);
@@ -601,18 +619,7 @@ static void opGatherOutputs(Rd* r, Model* m, dpsComm_t comm) {
   cudaStream_t stream = (bits & 64) ? DUMMY_STREAM : NULL;
   int pad_bs;
   int64_t reqs, n;
-  if (m->live && !(bits & 128)) {
-    uint8_t b = u8(r);
-    const int tp = m->cfg.tp_size;
-    pad_bs = addClampInt((int64_t)tp * (1 + (int64_t)(u32(r) % (uint32_t)(m->cfg.max_pad_bs / tp))),
-                         (b & 1) ? (int)(b >> 4) - 8 : 0);
-    reqs = pad_bs / tp + ((b & 2) ? (int)((b >> 2) & 3) - 2 : 0);
-    n = m->cfg.num_tokens_per_req + ((b & 4) ? (b & 8 ? -1 : 1) : 0);
-  } else {
-    pad_bs = fInt(r);
-    reqs = fI64(r);
-    n = fI64(r);
-  }
+  verifyShape(r, m, !(bits & 128), &pad_bs, &reqs, &n);
   rec.fail_op = fault(u8(r));
 
   Reasons rs = {0};
@@ -666,18 +673,7 @@ static void opGatherLogprobs(Rd* r, Model* m, dpsComm_t comm) {
   cudaStream_t stream = (bits & 4) ? DUMMY_STREAM : NULL;
   int pad_bs;
   int64_t reqs, n;
-  if (m->live && !(bits & 8)) {
-    uint8_t b = u8(r);
-    const int tp = m->cfg.tp_size;
-    pad_bs = addClampInt((int64_t)tp * (1 + (int64_t)(u32(r) % (uint32_t)(m->cfg.max_pad_bs / tp))),
-                         (b & 1) ? (int)(b >> 4) - 8 : 0);
-    reqs = pad_bs / tp + ((b & 2) ? (int)((b >> 2) & 3) - 2 : 0);
-    n = m->cfg.num_tokens_per_req + ((b & 4) ? (b & 8 ? -1 : 1) : 0);
-  } else {
-    pad_bs = fInt(r);
-    reqs = fI64(r);
-    n = fI64(r);
-  }
+  verifyShape(r, m, !(bits & 8), &pad_bs, &reqs, &n);
   rec.fail_op = fault(u8(r));
 
   Reasons rs = {0};
