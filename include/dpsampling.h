@@ -32,7 +32,11 @@
  *    launched with programmatic dependent launch (sm_90+; set DPSAMPLING_PDL=0
  *    to turn it off): their launch overlaps the tail of the previous kernel
  *    on the stream, and each still waits for that kernel to complete before
- *    it touches memory, so stream order is unchanged.
+ *    it touches memory, so stream order is unchanged. They also let the
+ *    next kernel on the stream launch early: a following kernel that the
+ *    application itself launches with programmatic stream serialization
+ *    must call cudaGridDependencySynchronize() before reading our outputs,
+ *    as PDL requires of every such kernel; ordinary launches are unaffected.
  *  - Collectives: every rank of the group must make the same sequence of
  *    operation calls with the same pad_bs (like NCCL collectives).
  *  - Outputs are persistent device buffers owned by the communicator, sized
