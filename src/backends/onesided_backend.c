@@ -25,7 +25,6 @@
  * (DPSAMPLING_ONESIDED_LL_BYTES: per-peer chunk bytes up to which the swap
  * uses the LL path; default 256 KiB; 0 = always the direct path).
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,14 +207,10 @@ static void osDestroy(dpsComm_t comm) {
 }
 
 static uint64_t envLLBytes(void) {
-  const char* s = getenv("DPSAMPLING_ONESIDED_LL_BYTES");
-  if (s == NULL || *s == '\0') return OS_DEFAULT_LL_BYTES;
-  char* end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0') {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_LL_BYTES='%s' is not a byte count; using %u", s,
-           OS_DEFAULT_LL_BYTES);
+  uint64_t v = OS_DEFAULT_LL_BYTES;
+  if (dpsEnvUint("DPSAMPLING_ONESIDED_LL_BYTES", &v) < 0) {
+    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_LL_BYTES='%s' is not a byte count; using %u",
+           getenv("DPSAMPLING_ONESIDED_LL_BYTES"), OS_DEFAULT_LL_BYTES);
     return OS_DEFAULT_LL_BYTES;
   }
   return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
@@ -225,11 +220,12 @@ static uint64_t envLLBytes(void) {
  * dependent launch (kernels/launch.cuh), 0 with plain stream order. Local:
  * it changes no protocol, so ranks need not agree. */
 static int envPdl(void) {
-  const char* s = getenv("DPSAMPLING_PDL");
-  if (s == NULL || *s == '\0' || strcmp(s, "1") == 0) return 1;
-  if (strcmp(s, "0") == 0) return 0;
-  dpsLog(DPS_LOG_WARN, "DPSAMPLING_PDL='%s' is neither 0 nor 1; using 1", s);
-  return 1;
+  uint64_t v = 1;
+  if (dpsEnvUint("DPSAMPLING_PDL", &v) < 0 || v > 1) {
+    dpsLog(DPS_LOG_WARN, "DPSAMPLING_PDL='%s' is neither 0 nor 1; using 1", getenv("DPSAMPLING_PDL"));
+    return 1;
+  }
+  return (int)v;
 }
 
 /* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
@@ -238,16 +234,13 @@ static int envPdl(void) {
  * line a thread owns depends only on its global index, so ranks need not
  * agree. */
 static int envGatherThreads(void) {
-  const char* s = getenv("DPSAMPLING_ONESIDED_GATHER_THREADS");
-  if (s == NULL || *s == '\0') return DPS_OS_GATHER_THREADS;
-  char* end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < 32 || v > DPS_OS_GATHER_THREADS_MAX ||
-      v % 32 != 0) {
+  uint64_t v = DPS_OS_GATHER_THREADS;
+  if (dpsEnvUint("DPSAMPLING_ONESIDED_GATHER_THREADS", &v) < 0 || v < 32 ||
+      v > DPS_OS_GATHER_THREADS_MAX || v % 32 != 0) {
     dpsLog(DPS_LOG_WARN,
            "DPSAMPLING_ONESIDED_GATHER_THREADS='%s' is not a multiple of 32 in [32, %d]; using %d",
-           s, DPS_OS_GATHER_THREADS_MAX, DPS_OS_GATHER_THREADS);
+           getenv("DPSAMPLING_ONESIDED_GATHER_THREADS"), DPS_OS_GATHER_THREADS_MAX,
+           DPS_OS_GATHER_THREADS);
     return DPS_OS_GATHER_THREADS;
   }
   return (int)v;

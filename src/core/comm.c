@@ -71,18 +71,17 @@ static dpsResult_t resolveTimeoutMs(const dpsConfig_t* config, int* ms) {
     *ms = config->timeout_ms;
     return dpsSuccess;
   }
-  const char* v = getenv("DPSAMPLING_TIMEOUT_MS");
-  if (v == NULL || v[0] == '\0') {
+  uint64_t val = 0;
+  const int got = dpsEnvUint("DPSAMPLING_TIMEOUT_MS", &val);
+  if (got == 0) {
     *ms = DPS_DEFAULT_TIMEOUT_MS;
     return dpsSuccess;
   }
-  char* end = NULL;
-  long val = (v[0] >= '0' && v[0] <= '9') ? strtol(v, &end, 10) : -1;
-  if (val < 1 || val > 24L * 3600 * 1000 || end == NULL || *end != '\0')
+  if (got < 0 || val < 1 || val > 24ull * 3600 * 1000)
     return dpsSetError(dpsInvalidArgument,
                        "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
                        "[1, 86400000]",
-                       v);
+                       getenv("DPSAMPLING_TIMEOUT_MS"));
   *ms = (int)val;
   return dpsSuccess;
 }

@@ -105,6 +105,20 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
   return dpsSuccess;
 }
 
+int dpsEnvUint(const char* name, uint64_t* value) {
+  const char* v = getenv(name);
+  if (v == NULL || v[0] == '\0') return 0;
+  uint64_t x = 0;
+  for (const char* c = v; *c; ++c) {
+    if (*c < '0' || *c > '9') return -1;
+    const uint64_t d = (uint64_t)(*c - '0');
+    if (x > (UINT64_MAX - d) / 10) return -1;
+    x = x * 10 + d;
+  }
+  *value = x;
+  return 1;
+}
+
 /* Reads one override variable; *set = 0 if unset or empty. */
 static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value) {
   const char* v = getenv(var);

@@ -2,6 +2,8 @@
 #ifndef DPS_INTERNAL_H_
 #define DPS_INTERNAL_H_
 
+#include <stdint.h>
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -51,6 +53,12 @@ void dpsLog(int level, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* ---- environment (core/config.c) ---------------------------------------- */
+/* Reads a whole decimal number from the environment: digits only (no sign,
+ * space or prefix), at most UINT64_MAX. Returns 0 when unset or empty, 1 with
+ * *value set, -1 when malformed (*value untouched). Ranges are the caller's. */
+int dpsEnvUint(const char* name, uint64_t* value);
 
 /* ---- backends ------------------------------------------------------------ */
 typedef struct dpsBackendOps {

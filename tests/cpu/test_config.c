@@ -1,11 +1,14 @@
 /* dpsConfigCheck rules (host only): every rule rejects with
  * dpsInvalidArgument and a message naming the argument and its value; valid
  * configurations pass; uninitialized configs and byte-count overflow are caught. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fixtures.h"
+#include "internal.h"
 
 static dpsConfig_t good(void) {
   dpsConfig_t c = DPS_CONFIG_INITIALIZER;
@@ -155,6 +158,34 @@ int main(void) {
   FX_CHECK(dpsDataTypeSize(dpsFloat16) == 2, "fp16 size");
   FX_CHECK(dpsDataTypeSize(dpsDtypeUnset) == 0, "unset size");
   FX_CHECK(dpsDataTypeSize((dpsDataType_t)42) == 0, "invalid size");
+
+  /* Whole numbers from the environment (dpsEnvUint: every numeric knob). */
+  {
+    const char* var = "DPS_TEST_ENV_UINT";
+    uint64_t v = 77;
+    unsetenv(var);
+    FX_CHECK(dpsEnvUint(var, &v) == 0 && v == 77, "unset: touched");
+    setenv(var, "", 1);
+    FX_CHECK(dpsEnvUint(var, &v) == 0 && v == 77, "empty: touched");
+    const struct { const char* s; uint64_t want; } good_vals[] = {
+        {"0", 0}, {"1", 1}, {"007", 7}, {"262144", 262144},
+        {"18446744073709551615", UINT64_MAX}};
+    for (size_t i = 0; i < sizeof good_vals / sizeof good_vals[0]; ++i) {
+      setenv(var, good_vals[i].s, 1);
+      v = 77;
+      FX_CHECK(dpsEnvUint(var, &v) == 1 && v == good_vals[i].want, "'%s' -> %llu",
+               good_vals[i].s, (unsigned long long)v);
+    }
+    const char* bad_vals[] = {"-1", "+5", " 5", "5 ", "0x10", "12ms", "1e3", "abc",
+                              "18446744073709551616", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_vals / sizeof bad_vals[0]; ++i) {
+      setenv(var, bad_vals[i], 1);
+      v = 77;
+      FX_CHECK(dpsEnvUint(var, &v) == -1 && v == 77, "'%s' accepted (%llu)", bad_vals[i],
+               (unsigned long long)v);
+    }
+    unsetenv(var);
+  }
 
   printf("test_config: OK\n");
   return 0;
