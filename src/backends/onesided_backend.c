@@ -150,12 +150,15 @@ static dpsResult_t windowCreate(dpsComm_t comm, OsWindow* w, size_t bytes, const
 
 static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
   if (w->win) {
-    /* After a failure a peer may be gone and deregistration is collective:
-     * leave the registration to NCCL's communicator teardown instead of
-     * hanging here. Our allocation is still freed below: the registration
-     * holds its own reference to the physical memory (released by NCCL's
-     * teardown), so a server that recreates communicators after failures
-     * does not lose the window each time. */
+    /* After a failure a peer may be gone: leave the registration to NCCL's
+     * communicator teardown rather than risk waiting for that peer here
+     * (whether deregistration waits for peers is NCCL's business; the
+     * sources of 2.28 suggest it is local, which a device test should
+     * confirm). Our allocation is still freed below, but the registration
+     * keeps its own reference to the physical memory until the NCCL
+     * communicator is destroyed or aborted: at once when this library owns
+     * it (dpsCommInitRank), else when the application tears down the
+     * communicator it lent (dpsCommInitFromNccl). */
     if (!failed) {
       ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
       if (nr != ncclSuccess)
@@ -295,6 +298,20 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
   st->pdl = envPdl();
+  if (st->pdl) {
+    /* A kernel launched with PDL that was not compiled with the wait would
+     * read its inputs before the previous kernel finished: never do that. */
+    int ok = 0;
+    cudaError_t ce = dpsOsKernelsSupportPdl(&ok);
+    if (ce != cudaSuccess || !ok) {
+      dpsLog(DPS_LOG_INFO,
+             "onesided rank %d: programmatic dependent launch off (%s)", st->rank,
+             ce != cudaSuccess ? cudaGetErrorString(ce)
+                               : "the device code running here was built for an architecture "
+                                 "before sm_90");
+      st->pdl = 0;
+    }
+  }
   st->gthreads = envGatherThreads();
 
   /* error word: device copy + mapped pinned host copy */

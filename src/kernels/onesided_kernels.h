@@ -162,6 +162,12 @@ cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
  * into out[0..nranks). Launches a one-thread kernel and synchronises. */
 cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void** out);
 
+/* *yes = 1 when the device code that runs on the current device was built
+ * for sm_90+ (it then waits in griddepcontrol.wait; see kernels/launch.cuh):
+ * only then may the kernels be launched with programmatic dependent launch.
+ * Launches a one-thread kernel and synchronises. */
+cudaError_t dpsOsKernelsSupportPdl(int* yes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,3 +48,32 @@ extern "C" cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void**
   cudaFree(dev);
   return e;
 }
+
+/* Which device code of this build runs here: 1 if it was compiled for sm_90
+ * or newer (so the kernels contain griddepcontrol.wait), 0 otherwise (an
+ * older GPU, or a build without sm_90 code JIT-compiling older PTX). Every
+ * .cu file of the library is compiled for the same architectures. */
+__global__ void dpsOsArchProbeKernel(int* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
+extern "C" cudaError_t dpsOsKernelsSupportPdl(int* yes) {
+  *yes = 0;
+  int* dev = nullptr;
+  int host = 0;
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaMalloc((void**)&dev, sizeof(int));
+  if (e != cudaSuccess) return e;
+  e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = dpsLaunch(dpsOsArchProbeKernel, dim3(1), dim3(1), s, 0, dev);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&host, dev, sizeof(int), cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s) cudaStreamDestroy(s);
+  cudaFree(dev);
+  if (e == cudaSuccess) *yes = host;
+  return e;
+}
