@@ -408,6 +408,17 @@ static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
   return dpsSuccess;
 }
 
+#if CUDART_VERSION >= 12080 && defined(__GNUC__)
+/* Weak: a process may have loaded an older libcudart of the same soname
+ * first (e.g. the one of a Python package), which lacks this function; the
+ * stream device check is then skipped instead of the library failing to
+ * load. */
+#pragma weak cudaStreamGetDevice
+#define DPS_HAVE_STREAM_GET_DEVICE() (cudaStreamGetDevice != NULL)
+#elif CUDART_VERSION >= 12080
+#define DPS_HAVE_STREAM_GET_DEVICE() 1
+#endif
+
 static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stream,
                                int* capturing) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -423,7 +434,7 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
    * report the current device, which opEnter just made ours.) Not while the
    * stream captures: the query is not permitted then and would invalidate
    * the capture. */
-  if (*capturing) return dpsSuccess;
+  if (*capturing || !DPS_HAVE_STREAM_GET_DEVICE()) return dpsSuccess;
   int dev = -1;
   e = cudaStreamGetDevice(stream, &dev);
   if (e != cudaSuccess)
