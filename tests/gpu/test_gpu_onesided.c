@@ -467,9 +467,9 @@ static int bodyTimeout(int rank, int tp, dpsBackend_t backend) {
 /* ---- a failure seen by one rank only ------------------------------------------------
  * (tp 2) timeout_ms=500. Rank 0 swaps alone and times out. Rank 1 then makes
  * one LL swap (rank 0's data had already landed, so it may well succeed)
- * and destroys at once: the destroy must return (rank 0 skipped the
- * collective window deregistration, so rank 1 must skip it too: it learns of
- * the failure from its fail area). alarm() turns a hang into a failure. */
+ * and destroys at once, before rank 0 destroys: the destroy must return
+ * (rank 1 learns of rank 0's failure from its fail area and skips the window
+ * deregistration, as rank 0 does). alarm() turns a hang into a failure. */
 static int bodyPeerFail(int rank, int tp, dpsBackend_t backend) {
   (void)backend;
   FX_CHECK(tp == 2, "peerfail runs on 2 ranks");
@@ -501,9 +501,16 @@ static int bodyPeerFail(int rank, int tp, dpsBackend_t backend) {
     FX_CHECK(r == dpsSuccess || r == dpsTimeout, "late call: %s", dpsGetLastError());
     GT_CUDA(cudaStreamSynchronize(s));
   }
+  /* Rank 1 (which saw no failure of its own) destroys first, while rank 0
+   * is alive and waits: a destroy that waited for rank 0 would hang here
+   * (alarm). Only then does rank 0 destroy. */
+  if (rank == 0) fxBarrier();
   const double t0 = nowS();
   FX_CHECK_OK(dpsCommDestroy(comm));
-  printf("  rank %d: destroy after the failure took %.3f s\n", rank, nowS() - t0);
+  const double dt = nowS() - t0;
+  printf("  rank %d: destroy after the failure took %.3f s\n", rank, dt);
+  FX_CHECK(dt < 5.0, "rank %d: destroy took %.3f s", rank, dt);
+  if (rank != 0) fxBarrier();
   gtFreeBufs(&b);
   cudaStreamDestroy(s);
   alarm(0);
