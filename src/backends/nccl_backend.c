@@ -235,7 +235,18 @@ static dpsResult_t nbAsyncError(dpsComm_t comm) {
   return dpsSuccess;
 }
 
+static dpsResult_t nbPreload(void) {
+  cudaError_t e = dpsPreloadSwapPermute();
+  if (e == cudaSuccess) e = dpsPreloadVerifyPack();
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError,
+                       "nccl backend: loading the kernels failed: %s (is the library built for "
+                       "this GPU's architecture? see CMAKE_CUDA_ARCHITECTURES)",
+                       cudaGetErrorString(e));
+  return dpsSuccess;
+}
+
 const dpsBackendOps dpsNcclBackendOps = {
-    "nccl",          nbInit,           nbPrepare,    nbSwap,
-    nbGatherOutputs, nbGatherLogprobs, nbAsyncError, nbDestroy,
+    "nccl",          nbInit,           nbPrepare,    nbSwap,    nbGatherOutputs,
+    nbGatherLogprobs, nbAsyncError,    nbDestroy,    nbPreload,
 };

@@ -526,7 +526,18 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
   return launchGather(comm, st, &a, st->off_glp, st->cap_lp, stream);
 }
 
+static dpsResult_t osPreload(void) {
+  cudaError_t e = dpsOsPreloadSwapKernels();
+  if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError,
+                       "onesided: loading the kernels failed: %s (is the library built for this "
+                       "GPU's architecture? see CMAKE_CUDA_ARCHITECTURES)",
+                       cudaGetErrorString(e));
+  return dpsSuccess;
+}
+
 const dpsBackendOps dpsOnesidedBackendOps = {
-    "onesided",      osInit,           osPrepare,    osSwap, osGatherOutputs,
-    osGatherLogprobs, osAsyncError, osDestroy,
+    "onesided",       osInit,       osPrepare, osSwap, osGatherOutputs,
+    osGatherLogprobs, osAsyncError, osDestroy, osPreload,
 };

@@ -216,6 +216,11 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   int reachable = dpsOnesidedReachable(nccl);
   comm->backend = (dpsBackend_t)-1;
   if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
+  if (local == dpsSuccess) {
+    const dpsBackendOps* ops =
+        comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;
+    if (ops->preload) local = ops->preload();
+  }
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
 

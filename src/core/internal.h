@@ -80,6 +80,10 @@ typedef struct dpsBackendOps {
   dpsResult_t (*async_error)(dpsComm_t comm);
   /* Frees backend state (device already synchronized). Never fails. */
   void (*destroy)(dpsComm_t comm);
+  /* At creation, local, before the agreement exchange (so that a failure
+   * makes every rank fail): load every kernel of the backend now. May be
+   * NULL. */
+  dpsResult_t (*preload)(void);
 } dpsBackendOps;
 
 extern const dpsBackendOps dpsNcclBackendOps;

@@ -49,4 +49,16 @@ static inline cudaError_t dpsLaunch(void (*kernel)(KArgs...), dim3 grid, dim3 th
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
 }
 
+/* Loads the given kernels into the current device's context now. With CUDA's
+ * lazy module loading a kernel is otherwise loaded at its first launch, and
+ * that load may have to wait while kernels of ours spin for a peer. */
+static inline cudaError_t dpsPreload(const void* const* kernels, int count) {
+  for (int i = 0; i < count; ++i) {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernels[i]);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 #endif /* DPS_LAUNCH_CUH_ */

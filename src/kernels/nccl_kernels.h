@@ -37,6 +37,10 @@ cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_ou
                                   int32_t* accept_length_out, const int32_t* gathered,
                                   int tp, int reqs, int n, cudaStream_t stream);
 
+/* Load the kernels now (see dpsPreload in kernels/launch.cuh). */
+cudaError_t dpsPreloadSwapPermute(void);
+cudaError_t dpsPreloadVerifyPack(void);
+
 #ifdef __cplusplus
 }
 #endif

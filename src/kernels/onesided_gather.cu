@@ -112,3 +112,8 @@ extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int
   return dpsLaunch(gatherLLKernel, dim3((unsigned)grid), dim3((unsigned)threads), stream,
                    a->c.pdl, *a);
 }
+
+extern "C" cudaError_t dpsOsPreloadGatherKernels(void) {
+  const void* const k[] = {(const void*)gatherLLKernel};
+  return dpsPreload(k, 1);
+}

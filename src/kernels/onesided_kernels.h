@@ -148,6 +148,10 @@ typedef struct {
   long long cap;     /* lines per (parity, src) */
 } dpsOsGatherArgs;
 
+/* Load the kernels now (see dpsPreload in kernels/launch.cuh). */
+cudaError_t dpsOsPreloadSwapKernels(void);
+cudaError_t dpsOsPreloadGatherKernels(void);
+
 cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
                               cudaStream_t stream);
 

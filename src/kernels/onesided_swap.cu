@@ -320,3 +320,12 @@ extern "C" cudaError_t dpsOsLaunchSwap(const dpsOsSwapArgs* a, int path, int wid
     default: return cudaErrorInvalidValue;
   }
 }
+
+extern "C" cudaError_t dpsOsPreloadSwapKernels(void) {
+  const void* const k[] = {
+      (const void*)swapDirectKernel<16>, (const void*)swapDirectKernel<8>,
+      (const void*)swapDirectKernel<4>,  (const void*)swapDirectKernel<2>,
+      (const void*)swapLLKernel<8>,      (const void*)swapLLKernel<4>,
+      (const void*)swapLLKernel<2>};
+  return dpsPreload(k, (int)(sizeof k / sizeof k[0]));
+}

@@ -100,3 +100,11 @@ extern "C" cudaError_t dpsLaunchSwapPermute(void* out, const void* staging, size
   return launchPermute<unsigned char>(out, staging, chunk_bytes, self_in, self_rank, tp, rows,
                                       seg_bytes, stream);
 }
+
+extern "C" cudaError_t dpsPreloadSwapPermute(void) {
+  const void* const k[] = {
+      (const void*)swapPermuteKernel<uint4>, (const void*)swapPermuteKernel<uint2>,
+      (const void*)swapPermuteKernel<unsigned int>, (const void*)swapPermuteKernel<unsigned short>,
+      (const void*)swapPermuteKernel<unsigned char>};
+  return dpsPreload(k, (int)(sizeof k / sizeof k[0]));
+}

@@ -80,3 +80,8 @@ extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* acce
                    predict_out, accept_index_out, accept_length_out, gathered, reqs, rn, packed,
                    total);
 }
+
+extern "C" cudaError_t dpsPreloadVerifyPack(void) {
+  const void* const k[] = {(const void*)verifyPackKernel, (const void*)verifyUnpackKernel};
+  return dpsPreload(k, 2);
+}

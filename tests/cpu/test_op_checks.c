@@ -62,8 +62,8 @@ static void fDestroy(dpsComm_t c) {
   (void)c;
   rec.destroy++;
 }
-static const dpsBackendOps kFake = {"fake", fInit, fPrepare, fSwap, fGather, fLogprobs, fAsync,
-                                    fDestroy};
+static const dpsBackendOps kFake = {"fake",    fInit,  fPrepare, fSwap, fGather,
+                                    fLogprobs, fAsync, fDestroy, NULL};
 
 static dpsConfig_t config(dpsDataType_t dtype) {
   dpsConfig_t c = DPS_CONFIG_INITIALIZER;

@@ -433,11 +433,12 @@ static void fDestroy(dpsComm_t c) {
   (void)c;
   rec.destroy++;
 }
-static const dpsBackendOps kFake = {"fake", fInit, fPrepare, fSwap, fGather, fLogprobs, fAsync,
-                                    fDestroy};
+static const dpsBackendOps kFake = {"fake",    fInit,  fPrepare, fSwap, fGather,
+                                    fLogprobs, fAsync, fDestroy, NULL};
 /* async_error may be NULL (internal.h): such a backend never reports one. */
 static const dpsBackendOps kFakeNoAsync = {"fake-no-async", fInit,     fPrepare, fSwap,
-                                           fGather,         fLogprobs, NULL,     fDestroy};
+                                           fGather,         fLogprobs, NULL,     fDestroy,
+                                           NULL};
 
 /* Collectives installed by dpsCommSetCollectives: never called on a detached
  * communicator whose backend is the fake. */
