@@ -18,8 +18,10 @@
  *    message that names the offending argument and its value. Nothing is
  *    written to any output (pointer out-parameters or device buffers) when a
  *    call fails its argument checks.
- *  - Threading: a communicator may be used by one host thread at a time.
- *    Different communicators are independent. dpsGetLastError() is per thread.
+ *  - Threading: a communicator may be used by one host thread at a time,
+ *    except dpsCommGetAsyncError, which a watchdog thread may call at any
+ *    time before dpsCommDestroy. Different communicators are independent.
+ *    dpsGetLastError() is per thread.
  *  - Devices: each communicator is bound to one CUDA device (the config's
  *    cuda_device). Calls switch to that device for their duration and restore
  *    the caller's current device before returning.
@@ -241,7 +243,9 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
  * kernel gave up waiting for a peer (dpsGetLastError() then names the peer
  * and the operation). A communicator in error fails every later operation
  * that passes its argument checks with the same status; destroy it and
- * create a new one. */
+ * create a new one. Unlike the other calls, this one may run on another
+ * thread (a watchdog) while an operation runs on the communicator, but not
+ * concurrently with dpsCommDestroy. */
 dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* ------------------------------------------------------------------------- */

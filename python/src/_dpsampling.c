@@ -738,8 +738,10 @@ static dpsResult_t adapter_all_to_all(void* ctx, const void* sendbuf, void* recv
  *  - close() raises RuntimeError; tp_clear leaves the object alone; dealloc
  *    cannot run, since the call holds a reference to the object;
  *  - the getters report `info`, the state as of the end of the previous call
- *    (dpsCommGetInfo would read fields the call may be writing), and
- *    async_error() raises RuntimeError.
+ *    (dpsCommGetInfo would read fields the call may be writing);
+ *  - async_error() still works: dpsCommGetAsyncError may run beside an
+ *    operation (a watchdog thread), and self->h stays valid, since close()
+ *    is refused and the call holds the handle.
  * The call also holds a reference to the handle and works on that, never on
  * self->h (the hold that prepare used to take alone). */
 typedef struct {
@@ -1270,7 +1272,7 @@ static PyObject* comm_close(CommObject* self, PyObject* unused) {
 static PyObject* comm_async_error(CommObject* self, PyObject* unused) {
   (void)unused;
   if (comm_open(self) != 0) return NULL;
-  if (self->busy != NULL) return busy_error(self, "async_error()");
+  /* no busy check: the one call that may run beside an operation */
   dpsResult_t st = dpsSuccess;
   dpsResult_t r = dpsCommGetAsyncError(self->h->comm, &st);
   if (r != dpsSuccess) return raise_dps(r);

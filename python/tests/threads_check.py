@@ -41,7 +41,7 @@ class ThreadGather:
             expect_busy(r, "reenter close", comm.close, "in use by gather_verify_outputs")
             expect_busy(r, "reenter swap", lambda: comm.swap_batch_vocab(torch.zeros(MAXB * N, V // TP, device="cuda:0")), "in use by gather_verify_outputs")
             expect_busy(r, "reenter set_collectives", lambda: comm._set_collectives(None, (0, 1)), "in use")
-            expect_busy(r, "reenter async_error", comm.async_error, "in use")
+            note(r, "async_error during the call (watchdog-safe)", comm.async_error() is None, "")
             note(r, "getter snapshot", comm.max_pad_bs == MAXB and comm.is_initialized is True and not comm.closed, "")
             ev_in.set()
             note(r, "intruder finished", ev_done.wait(60), "")

@@ -160,11 +160,17 @@ out:
   return res;
 }
 
+/* Records the communicator's first failure (later ones keep the first). */
+static void markFailed(dpsComm_t comm, dpsResult_t r) {
+  int expected = 0;
+  atomic_compare_exchange_strong(&comm->sticky_error, &expected, (int)r);
+}
+
 static void freeComm(dpsComm_t comm) {
   if (comm == NULL) return;
   if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
   if (comm->owns_nccl && comm->nccl) {
-    if (comm->sticky_error) ncclCommAbort(comm->nccl);
+    if (atomic_load(&comm->sticky_error)) ncclCommAbort(comm->nccl);
     else ncclCommDestroy(comm->nccl);
   }
   free(comm);
@@ -338,9 +344,9 @@ dpsResult_t dpsCommDestroy(dpsComm_t comm) {
       res = dpsSetError(dpsCudaError, "dpsCommDestroy: cudaDeviceSynchronize failed: %s",
                         cudaGetErrorString(e));
   }
-  if (comm->ops && comm->ops->async_error && !comm->sticky_error) {
+  if (comm->ops && comm->ops->async_error && !atomic_load(&comm->sticky_error)) {
     dpsResult_t a = comm->ops->async_error(comm);
-    if (a != dpsSuccess) comm->sticky_error = a;
+    if (a != dpsSuccess) markFailed(comm, a);
   }
   /* Free even when the device could not be entered or synchronized: the
    * caller has no other way to release the communicator. */
@@ -367,10 +373,14 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
   return dpsSuccess;
 }
 
-/* Returns the communicator's error, making an asynchronous one sticky. */
+/* Returns the communicator's error, making an asynchronous one sticky.
+ * Thread-safe against itself (dpsCommGetAsyncError on a watchdog thread
+ * while another thread runs operations): the backends' async_error reads
+ * state the kernels or NCCL publish, and the sticky word is atomic. */
 static dpsResult_t commHealth(dpsComm_t comm) {
-  if (comm->sticky_error) {
-    const dpsResult_t sticky = (dpsResult_t)comm->sticky_error;
+  const int stuck = atomic_load(&comm->sticky_error);
+  if (stuck) {
+    const dpsResult_t sticky = (dpsResult_t)stuck;
     /* Prefer the backend's own account (it names the peer); else say what happened. */
     if (comm->ops->async_error == NULL || comm->ops->async_error(comm) == dpsSuccess)
       dpsSetError(sticky,
@@ -381,7 +391,7 @@ static dpsResult_t commHealth(dpsComm_t comm) {
   if (comm->ops->async_error) {
     dpsResult_t r = comm->ops->async_error(comm);
     if (r != dpsSuccess) {
-      comm->sticky_error = r;
+      markFailed(comm, r);
       return r;
     }
   }

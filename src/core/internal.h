@@ -2,6 +2,7 @@
 #ifndef DPS_INTERNAL_H_
 #define DPS_INTERNAL_H_
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -100,7 +101,9 @@ struct dpsComm {
   int device;             /* CUDA ordinal */
   int timeout_ms;
   int initialized;        /* every persistent buffer exists */
-  int sticky_error;       /* a dpsResult_t once the communicator broke */
+  /* A dpsResult_t once the communicator broke (first error wins). Atomic:
+   * dpsCommGetAsyncError may run on another thread than the operations. */
+  _Atomic int sticky_error;
 
   ncclComm_t nccl;
   int owns_nccl;

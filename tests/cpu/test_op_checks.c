@@ -4,9 +4,11 @@
  * write no output; good calls reach the backend once and return the
  * persistent buffers; dtype locking and sticky asynchronous errors. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fixtures.h"
 #include "internal.h"
@@ -55,8 +57,9 @@ static dpsResult_t fLogprobs(dpsComm_t c, const float* in, int pad_bs, cudaStrea
 }
 static dpsResult_t fAsync(dpsComm_t c) {
   (void)c;
-  return rec.async_error == dpsSuccess ? dpsSuccess
-                                       : dpsSetError(rec.async_error, "peer 1 did not arrive");
+  /* atomic: the watchdog test calls it from a second thread */
+  const dpsResult_t a = __atomic_load_n(&rec.async_error, __ATOMIC_SEQ_CST);
+  return a == dpsSuccess ? dpsSuccess : dpsSetError(a, "peer 1 did not arrive");
 }
 static void fDestroy(dpsComm_t c) {
   (void)c;
@@ -236,6 +239,75 @@ static int testStickyAsyncError(void) {
   return 0;
 }
 
+/* dpsCommGetAsyncError on a watchdog thread while the main thread runs
+ * operations: the watchdog sees the failure with its own message, the
+ * operations fail from then on, and both agree on the sticky status. */
+static double nowS(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+  dpsComm_t comm;
+  long polls;
+  int saw_timeout, bad;
+} Watch;
+
+static void* watchdog(void* arg) {
+  Watch* w = (Watch*)arg;
+  const double t_end = nowS() + 30.0;
+  while (!w->saw_timeout && nowS() < t_end) {
+    dpsResult_t a = dpsInternalError;
+    if (dpsCommGetAsyncError(w->comm, &a) != dpsSuccess) {
+      w->bad++;
+      break;
+    }
+    w->polls++;
+    if (a == dpsTimeout) {
+      w->saw_timeout = 1;
+      if (strstr(dpsGetLastError(), "peer 1") == NULL) w->bad++;
+    } else if (a != dpsSuccess) {
+      w->bad++;
+      break;
+    }
+  }
+  return NULL;
+}
+
+static int testWatchdogThread(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  Watch w;
+  memset(&w, 0, sizeof w);
+  FX_CHECK_OK(dpsCommCreateDetached(&w.comm, &cfg, dpsBackendOnesided, &kFake));
+  pthread_t t;
+  FX_CHECK(pthread_create(&t, NULL, watchdog, &w) == 0, "pthread_create");
+  int failed_at = -1;
+  for (int i = 0; i < 20000; ++i) {
+    if (i == 5000) __atomic_store_n(&rec.async_error, dpsTimeout, __ATOMIC_SEQ_CST);
+    void* out = NULL;
+    const dpsResult_t r = dpsSwapBatchVocab(w.comm, in_buf, 24, 100, dpsBfloat16, 8, &out, NULL);
+    if (r != dpsSuccess) {
+      FX_CHECK(r == dpsTimeout && i >= 5000, "swap %d: %s: %s", i, dpsGetErrorString(r),
+               dpsGetLastError());
+      FX_CHECK(strstr(dpsGetLastError(), "peer 1") != NULL, "message: %s", dpsGetLastError());
+      failed_at = i;
+      break;
+    }
+  }
+  FX_CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  FX_CHECK(failed_at == 5000, "operations failed first at %d, want 5000", failed_at);
+  FX_CHECK(w.saw_timeout && w.bad == 0, "watchdog: saw_timeout=%d bad=%d after %ld polls",
+           w.saw_timeout, w.bad, w.polls);
+  __atomic_store_n(&rec.async_error, dpsSuccess, __ATOMIC_SEQ_CST); /* sticky all the same */
+  dpsResult_t a = dpsSuccess;
+  FX_CHECK_OK(dpsCommGetAsyncError(w.comm, &a));
+  FX_CHECK(a == dpsTimeout, "sticky status %s", dpsGetErrorString(a));
+  FX_CHECK_OK(dpsCommDestroy(w.comm));
+  return 0;
+}
+
 static int testTimeoutEnv(void) {
   dpsConfig_t cfg = config(dpsBfloat16);
   dpsComm_t comm;
@@ -275,6 +347,7 @@ int main(void) {
   fails += testGatherChecks();
   fails += testDtypeLock();
   fails += testStickyAsyncError();
+  fails += testWatchdogThread();
   printf("test_op_checks: %s\n", fails ? "FAILED" : "passed");
   return fails ? 1 : 0;
 }
