@@ -196,6 +196,9 @@ static void osDestroy(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   if (st == NULL) return;
   int failed = hostErrWord(st) != 0 || peerFailed(st);
+  /* A peer gave up (or we did): the core then aborts an NCCL communicator it
+   * owns instead of destroying it, which could wait for that peer. */
+  if (failed) (void)dpsCommMarkFailed(comm, dpsTimeout);
   /* same order on every rank (collective deregistration) */
   windowDestroy(comm, &st->b, failed);
   windowDestroy(comm, &st->a, failed);

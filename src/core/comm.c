@@ -160,10 +160,10 @@ out:
   return res;
 }
 
-/* Records the communicator's first failure (later ones keep the first). */
-static void markFailed(dpsComm_t comm, dpsResult_t r) {
+dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r) {
   int expected = 0;
-  atomic_compare_exchange_strong(&comm->sticky_error, &expected, (int)r);
+  if (atomic_compare_exchange_strong(&comm->sticky_error, &expected, (int)r)) return r;
+  return (dpsResult_t)expected;
 }
 
 static void freeComm(dpsComm_t comm) {
@@ -346,7 +346,7 @@ dpsResult_t dpsCommDestroy(dpsComm_t comm) {
   }
   if (comm->ops && comm->ops->async_error && !atomic_load(&comm->sticky_error)) {
     dpsResult_t a = comm->ops->async_error(comm);
-    if (a != dpsSuccess) markFailed(comm, a);
+    if (a != dpsSuccess) (void)dpsCommMarkFailed(comm, a);
   }
   /* Free even when the device could not be entered or synchronized: the
    * caller has no other way to release the communicator. */
@@ -391,8 +391,11 @@ static dpsResult_t commHealth(dpsComm_t comm) {
   if (comm->ops->async_error) {
     dpsResult_t r = comm->ops->async_error(comm);
     if (r != dpsSuccess) {
-      markFailed(comm, r);
-      return r;
+      const dpsResult_t stands = dpsCommMarkFailed(comm, r);
+      if (stands != r) /* another thread recorded a different failure first */
+        dpsSetError(stands, "the communicator failed with %s; destroy it and create a new one",
+                    dpsGetErrorString(stands));
+      return stands;
     }
   }
   return dpsSuccess;
@@ -428,7 +431,9 @@ static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
  * first (e.g. the one of a Python package), which lacks this function; the
  * stream device check is then skipped instead of the library failing to
  * load. */
-#pragma weak cudaStreamGetDevice
+/* (__typeof__ goes through the header's per-thread-stream macro, if any;
+ * #pragma weak would not.) */
+extern __typeof__(cudaStreamGetDevice) cudaStreamGetDevice __attribute__((weak));
 #define DPS_HAVE_STREAM_GET_DEVICE() (cudaStreamGetDevice != NULL)
 #elif CUDART_VERSION >= 12080
 #define DPS_HAVE_STREAM_GET_DEVICE() 1

@@ -55,6 +55,13 @@ void dpsLog(int level, const char* fmt, ...)
 #endif
     ;
 
+/* ---- communicator state (core/comm.c) ------------------------------------ */
+/* Records the communicator's first failure (thread-safe; later ones do not
+ * replace it) and returns the one that stands. A failed communicator fails
+ * every later operation, and destroy aborts a library-owned NCCL
+ * communicator instead of destroying it (no waiting for peers). */
+dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r);
+
 /* ---- environment (core/config.c) ---------------------------------------- */
 /* Reads a whole decimal number from the environment: digits only (no sign,
  * space or prefix), at most UINT64_MAX. Returns 0 when unset or empty, 1 with

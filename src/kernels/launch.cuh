@@ -49,14 +49,26 @@ static inline cudaError_t dpsLaunch(void (*kernel)(KArgs...), dim3 grid, dim3 th
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
 }
 
+/* After one of our CUDA calls failed and the failure was returned to the
+ * caller: clear the runtime's last-error state, unless an error of the
+ * application was already pending (`before`), so that the application's next
+ * launch check does not blame an unrelated kernel for ours. */
+static inline void dpsForgetOwnError(cudaError_t before) {
+  if (before == cudaSuccess) (void)cudaGetLastError();
+}
+
 /* Loads the given kernels into the current device's context now. With CUDA's
  * lazy module loading a kernel is otherwise loaded at its first launch, and
  * that load may have to wait while kernels of ours spin for a peer. */
 static inline cudaError_t dpsPreload(const void* const* kernels, int count) {
+  const cudaError_t before = cudaPeekAtLastError();
   for (int i = 0; i < count; ++i) {
     cudaFuncAttributes fa;
     cudaError_t e = cudaFuncGetAttributes(&fa, kernels[i]);
-    if (e != cudaSuccess) return e;
+    if (e != cudaSuccess) {
+      dpsForgetOwnError(before);
+      return e;
+    }
   }
   return cudaSuccess;
 }

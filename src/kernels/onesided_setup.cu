@@ -63,6 +63,7 @@ __global__ void dpsOsArchProbeKernel(int* out) {
 
 extern "C" cudaError_t dpsOsKernelsSupportPdl(int* yes) {
   *yes = 0;
+  const cudaError_t before = cudaPeekAtLastError();
   int* dev = nullptr;
   int host = 0;
   cudaStream_t s = nullptr;
@@ -75,5 +76,6 @@ extern "C" cudaError_t dpsOsKernelsSupportPdl(int* yes) {
   if (s) cudaStreamDestroy(s);
   cudaFree(dev);
   if (e == cudaSuccess) *yes = host;
+  else dpsForgetOwnError(before);
   return e;
 }
