@@ -195,13 +195,15 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
  * config->rank, and the same tp_size, max_pad_bs, num_tokens_per_req,
  * vocab_size, logits_dtype, effective timeout and resolved backend (checked:
  * a disagreement fails creation on every rank, naming both values). A rank
- * whose environment or backend choice fails makes every rank fail with it;
- * but a config rejected by dpsConfigCheck, or an NCCL communicator that does
- * not match it, fails before any collective and leaves the other ranks
- * waiting in NCCL, which has no timeout: check configs first. Creates the library's own NCCL communicator
- * (destroyed by dpsCommDestroy), resolves the backend and allocates every
- * persistent buffer (those that depend on the logits dtype only if it is
- * known). Blocks the host until the group has joined. */
+ * whose environment, backend choice or kernel loading fails makes every rank
+ * fail with it; but a config rejected by dpsConfigCheck, or an NCCL
+ * communicator that does not match it, fails before any collective and
+ * leaves the other ranks waiting in NCCL, which has no timeout: check configs
+ * first. Creates the library's own NCCL communicator (destroyed by
+ * dpsCommDestroy, aborted instead once the communicator failed), resolves
+ * the backend, loads its kernels and allocates every persistent buffer (those
+ * that depend on the logits dtype only if it is known). Blocks the host until
+ * the group has joined. */
 dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
                             const dpsConfig_t* config);
 
@@ -256,7 +258,9 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
  * dtype must be fp32, bf16 or fp16. If the dtype is already fixed (at
  * creation, by an earlier prepare, or by the first swap) this is a no-op that
  * succeeds for any of the three on a healthy communicator: the communicator
- * keeps its dtype. Ranks must fix the same dtype (not checked after creation). */
+ * keeps its dtype. Ranks must fix the same dtype: the onesided backend checks
+ * it here (all ranks get dpsInvalidUsage on a mismatch); the nccl backend
+ * does not need to (it exchanges raw bytes). */
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
 
 /* swap_batch_vocab.
