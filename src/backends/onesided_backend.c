@@ -3,6 +3,7 @@
  * Memory (per communicator):
  *  window A (init, dtype independent), symmetric, zeroed before registration:
  *    [flags]      u64 ready[maxb][tp], done[maxb][tp]       (swap direct path)
+ *    [fail]       u64 fail[DPS_OS_MAX_RANKS]: written by a peer that gave up
  *    [gout]       LL staging of gather_verify_outputs  [2][tp][cap_out] x 16 B
  *    [glp]        LL staging of gather_verify_logprobs [2][tp][cap_lp]  x 16 B
  *  window B (prepare, once the logits dtype is fixed), symmetric:
@@ -50,6 +51,7 @@ typedef struct {
   int64_t vocab;
   int maxb;          /* agreed grid cap */
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
+  dpsOsCommon common; /* the kernels' common arguments (built at the end of init) */
   int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
   int gthreads;      /* gather block size (DPSAMPLING_ONESIDED_GATHER_THREADS) */
 
@@ -282,6 +284,22 @@ out:
   return res;
 }
 
+/* The kernels' common arguments: fixed once window A exists. */
+static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
+  dpsOsCommon c;
+  c.tp = st->tp;
+  c.rank = st->rank;
+  c.state = st->dstate;
+  c.host_err = st->herr_dev;
+  c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
+  c.pdl = st->pdl;
+  c.fail = (const unsigned long long*)((const char*)st->a.base + st->off_fail);
+  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
+    c.fail_peer[r] =
+        r < st->tp ? (unsigned long long*)(st->a.peer[r] + st->off_fail) : NULL;
+  return c;
+}
+
 static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   const dpsConfig_t* cfg = &comm->config;
   st->tp = cfg->tp_size;
@@ -346,10 +364,11 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   st->cap_lp = ((int64_t)st->max_reqs * st->n + 1) / 2;
   size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
   st->off_fail = roundUp(flags, 256);
-  st->off_gout = st->off_fail + 256; /* fail area: DPS_OS_MAX_RANKS u64 */
+  st->off_gout = st->off_fail + roundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
   st->off_glp = st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * 16u, 256);
   size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * 16u;
   DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
+  st->common = buildCommon(comm, st);
 
   dpsLog(DPS_LOG_INFO,
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
@@ -403,38 +422,21 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
   return dpsSuccess;
 }
 
-static dpsOsCommon common(dpsComm_t comm, const OsState* st) {
-  dpsOsCommon c;
-  c.tp = st->tp;
-  c.rank = st->rank;
-  c.state = st->dstate;
-  c.host_err = st->herr_dev;
-  c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
-  c.pdl = st->pdl;
-  c.fail = (const unsigned long long*)((const char*)st->a.base + st->off_fail);
-  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
-    c.fail_peer[r] =
-        r < st->tp ? (unsigned long long*)(st->a.peer[r] + st->off_fail) : NULL;
-  return c;
-}
-
 static int clampGrid(uint64_t want, int cap) {
   if (want < 1) return 1;
   return want > (uint64_t)cap ? cap : (int)want;
 }
 
+/* The core checked the arguments (alignment to the element size included)
+ * and the communicator's health (osAsyncError) before any operation. */
 static dpsResult_t osSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
-  if (hostErrWord(st)) return osAsyncError(comm);
   if (!st->prepared)
     return dpsSetError(dpsInternalError, "onesided swap: the swap buffers were not prepared");
-  uintptr_t addr = (uintptr_t)in;
-  if (addr % 2 != 0)
-    return dpsSetError(dpsInvalidArgument, "swap_batch_vocab: local_logits=%p is not 2-byte aligned",
-                       in);
+  const uintptr_t addr = (uintptr_t)in;
   dpsOsSwapArgs a;
   memset(&a, 0, sizeof a);
-  a.c = common(comm, st);
+  a.c = st->common;
   a.in = (const char*)in;
   a.out = (char*)st->b.base;
   a.flags = (unsigned long long*)st->a.base;
@@ -473,9 +475,9 @@ static dpsResult_t osSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream
   return dpsSuccess;
 }
 
-static dpsResult_t launchGather(dpsComm_t comm, OsState* st, dpsOsGatherArgs* a, size_t off,
-                                int64_t cap, cudaStream_t stream) {
-  a->c = common(comm, st);
+static dpsResult_t launchGather(const OsState* st, dpsOsGatherArgs* a, size_t off, int64_t cap,
+                                cudaStream_t stream) {
+  a->c = st->common;
   a->stage = (char*)st->a.base + off;
   for (int r = 0; r < st->tp; ++r) a->stage_peer.p[r] = st->a.peer[r] + off;
   a->cap = cap;
@@ -496,7 +498,6 @@ static dpsResult_t osGatherOutputs(dpsComm_t comm, const int32_t* predict,
                                    const int32_t* accept_index, const int32_t* accept_length,
                                    int pad_bs, cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
-  if (hostErrWord(st)) return osAsyncError(comm);
   const long long reqs = pad_bs / st->tp;
   dpsOsGatherArgs a;
   memset(&a, 0, sizeof a);
@@ -511,13 +512,12 @@ static dpsResult_t osGatherOutputs(dpsComm_t comm, const int32_t* predict,
   a.count[0] = reqs * st->n;
   a.count[1] = reqs * st->n;
   a.count[2] = reqs;
-  return launchGather(comm, st, &a, st->off_gout, st->cap_out, stream);
+  return launchGather(st, &a, st->off_gout, st->cap_out, stream);
 }
 
 static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
                                     cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
-  if (hostErrWord(st)) return osAsyncError(comm);
   const long long reqs = pad_bs / st->tp;
   dpsOsGatherArgs a;
   memset(&a, 0, sizeof a);
@@ -526,7 +526,7 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
   a.in[0] = (const uint32_t*)in;
   a.out[0] = (uint32_t*)comm->logprobs_out;
   a.count[0] = reqs * st->n;
-  return launchGather(comm, st, &a, st->off_glp, st->cap_lp, stream);
+  return launchGather(st, &a, st->off_glp, st->cap_lp, stream);
 }
 
 static dpsResult_t osPreload(void) {
