@@ -24,29 +24,38 @@ extern "C" int dpsOnesidedReachable(ncclComm_t comm) {
   return lsa.nRanks == nranks ? 1 : 0;
 }
 
+/* Runs a setup kernel whose first parameter is an output array of `count`
+ * elements, on one block of `threads` threads and a private stream, and
+ * copies the array to `host`. Blocks the host. On failure no error of ours is
+ * left in the runtime's last-error state (kernels/launch.cuh). */
+template <typename Out, typename... KArgs, typename... Args>
+static cudaError_t runSetupKernel(void (*kernel)(Out*, KArgs...), unsigned threads, Out* host,
+                                  size_t count, Args... args) {
+  const cudaError_t before = cudaPeekAtLastError();
+  Out* dev = nullptr;
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaMalloc((void**)&dev, sizeof(Out) * count);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = dpsLaunch(kernel, dim3(1), dim3(threads), s, 0, dev, args...);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(host, dev, sizeof(Out) * count, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s) cudaStreamDestroy(s);
+  if (dev) cudaFree(dev);
+  if (e != cudaSuccess) dpsForgetOwnError(before);
+  return e;
+}
+
 /* ncclGetPeerPointer reads the window descriptor (device memory); one thread
  * per rank. Peer numbers are world ranks: the LSA team is the whole group. */
-__global__ void dpsOsPeerPointerKernel(ncclWindow_t win, int nranks, void** out) {
+__global__ void dpsOsPeerPointerKernel(void** out, ncclWindow_t win, int nranks) {
   int p = (int)threadIdx.x;
   if (p < nranks) out[p] = ncclGetPeerPointer(win, 0, p);
 }
 
 extern "C" cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void** out) {
   if (nranks < 1 || nranks > DPS_OS_MAX_RANKS) return cudaErrorInvalidValue;
-  void** dev = nullptr;
-  cudaStream_t s = nullptr;
-  cudaError_t e = cudaMalloc((void**)&dev, sizeof(void*) * DPS_OS_MAX_RANKS);
-  if (e != cudaSuccess) return e;
-  e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e == cudaSuccess) {
-    e = dpsLaunch(dpsOsPeerPointerKernel, dim3(1), dim3(32), s, 0, win, nranks, dev);
-  }
-  if (e == cudaSuccess) e = cudaMemcpyAsync(out, dev, sizeof(void*) * (size_t)nranks,
-                                            cudaMemcpyDeviceToHost, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (s) cudaStreamDestroy(s);
-  cudaFree(dev);
-  return e;
+  return runSetupKernel(dpsOsPeerPointerKernel, 32, out, (size_t)nranks, win, nranks);
 }
 
 /* Which device code of this build runs here: 1 if it was compiled for sm_90
@@ -62,20 +71,8 @@ __global__ void dpsOsArchProbeKernel(int* out) {
 }
 
 extern "C" cudaError_t dpsOsKernelsSupportPdl(int* yes) {
-  *yes = 0;
-  const cudaError_t before = cudaPeekAtLastError();
-  int* dev = nullptr;
   int host = 0;
-  cudaStream_t s = nullptr;
-  cudaError_t e = cudaMalloc((void**)&dev, sizeof(int));
-  if (e != cudaSuccess) return e;
-  e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = dpsLaunch(dpsOsArchProbeKernel, dim3(1), dim3(1), s, 0, dev);
-  if (e == cudaSuccess) e = cudaMemcpyAsync(&host, dev, sizeof(int), cudaMemcpyDeviceToHost, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (s) cudaStreamDestroy(s);
-  cudaFree(dev);
-  if (e == cudaSuccess) *yes = host;
-  else dpsForgetOwnError(before);
+  const cudaError_t e = runSetupKernel(dpsOsArchProbeKernel, 1, &host, 1);
+  *yes = e == cudaSuccess ? host : 0;
   return e;
 }
