@@ -855,15 +855,16 @@ static int comm_enter(CommObject* self, const char* op, Handle** hp) {
   return 0;
 }
 
-/* Whether an operation call may block on the host, so that the GIL must be
- * released around it (another rank's thread of this process may need it to
- * reach the same collective): the first swap prepares (collective), and
- * NCCL's enqueue may set up connections with the peers. A prepared onesided
+/* Releases the GIL for an operation call that may block on the host (else
+ * returns NULL), since another rank's thread of this process may need the
+ * GIL to reach the same collective: the first swap prepares (collective),
+ * and NCCL's enqueue may set up connections with the peers. A prepared onesided
  * communicator only launches a kernel: keeping the GIL there avoids handing
  * it to another thread for a call of a few microseconds, since getting it
  * back can take the interpreter's switch interval (5 ms by default). */
-static int op_may_block(const CommObject* self) {
-  return !self->info.initialized || self->info.backend != dpsBackendOnesided;
+static PyThreadState* op_gil_drop(const CommObject* self) {
+  const int may_block = !self->info.initialized || self->info.backend != dpsBackendOnesided;
+  return may_block ? PyEval_SaveThread() : NULL; /* give back with gil_take() */
 }
 
 /* Ends the call. Raise before leaving: the handle reference is dropped here
@@ -1069,10 +1070,10 @@ static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* p
   dpsComm_t comm = h->comm;
   void* out = NULL;
   dpsResult_t r;
-  PyThreadState* ts = op_may_block(self) ? PyEval_SaveThread() : NULL;
+  PyThreadState* ts = op_gil_drop(self);
   r = dpsSwapBatchVocab(comm, a.ptr, a.shape[0], a.shape[1], code, pad_bs, &out,
                         (struct CUstream_st*)stream);
-  if (ts != NULL) PyEval_RestoreThread(ts);
+  gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
   return swap_view(self, h, out, pad_bs, code);
 }
@@ -1141,11 +1142,11 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, P
   dpsComm_t comm = h->comm;
   int32_t *po = NULL, *aio = NULL, *alo = NULL;
   dpsResult_t r;
-  PyThreadState* ts = op_may_block(self) ? PyEval_SaveThread() : NULL;
+  PyThreadState* ts = op_gil_drop(self);
   r = dpsGatherVerifyOutputs(comm, (const int32_t*)tp_.ptr, (const int32_t*)tai.ptr,
                              (const int32_t*)tal.ptr, tp_.shape[0], tp_.shape[1], pad_bs, &po,
                              &aio, &alo, (struct CUstream_st*)stream);
-  if (ts != NULL) PyEval_RestoreThread(ts);
+  gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
   if (po != self->gather_ptrs[0] || aio != self->gather_ptrs[1] || alo != self->gather_ptrs[2]) {
     clear_views(self->gather_views, self->max_pad_bs);
@@ -1203,10 +1204,10 @@ static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* x, 
   dpsComm_t comm = h->comm;
   float* out = NULL;
   dpsResult_t r;
-  PyThreadState* ts = op_may_block(self) ? PyEval_SaveThread() : NULL;
+  PyThreadState* ts = op_gil_drop(self);
   r = dpsGatherVerifyLogprobs(comm, (const float*)a.ptr, a.shape[0], a.shape[1], pad_bs, &out,
                               (struct CUstream_st*)stream);
-  if (ts != NULL) PyEval_RestoreThread(ts);
+  gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
   if (out != self->logprob_ptr) {
     clear_views(self->logprob_views, self->max_pad_bs);
