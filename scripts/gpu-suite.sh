@@ -6,12 +6,12 @@
 #   python  the Python tests, spec included
 #   compare bench/compare_torch.py
 #   sanitize the multi-GPU C tests at small sizes under compute-sanitizer
-#   latency  dps-perf, onesided, small shapes, with and without PDL
+#   latency  dps-perf, onesided, small shapes: defaults, PDL off, LL gathers
 #   reliability  test_gpu_reliability with the figures
 #            (DPS_RELIABILITY_CYCLES=1000, DPS_SOAK_REPLAYS=100000 unless set)
 # Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
 #      PERF_ARGS (extra dps-perf arguments), LAT_VARIANTS (latency stage:
-#      "PDL,THREADS" pairs, e.g. "1,256 0,256"), SAN_TESTS, SAN_TOOLS,
+#      variants, each "VAR=v[,VAR=v...]" or "-" for the defaults), SAN_TESTS, SAN_TOOLS,
 #      SAN_LANE_TIMEOUT (seconds per sanitized test), SAN_LANE_DEADLINE (no new
 #      test starts in a tool's lane after that many seconds).
 # Logs (at most 8 files; sanitize writes one per tool) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
@@ -36,13 +36,13 @@ for st in $stages; do
     perf)
       $BUILD/tools/dps-perf ${PERF_ARGS:-} 2>&1 | tee "$LOGDIR/perf.log" || rc=1 ;;
     latency)
-      # onesided small shapes: PDL on/off, gather block sizes
+      # onesided small shapes; one dps-perf run per variant (comma-separated
+      # environment assignments; "-" = defaults)
       small=8x1x64,8x4,8x8,64x1,64x4,64x8,256x1,256x4,256x8,512x1,512x4,512x8
-      for v in ${LAT_VARIANTS:-1,256 0,256 1,512 1,1024}; do
-        set -- ${v/,/ }
-        echo "--- DPSAMPLING_PDL=$1 DPSAMPLING_ONESIDED_GATHER_THREADS=$2"
-        DPSAMPLING_PDL=$1 DPSAMPLING_ONESIDED_GATHER_THREADS=$2 \
-          $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || echo "dps-perf failed"
+      for v in ${LAT_VARIANTS:-- DPSAMPLING_PDL=0 DPSAMPLING_ONESIDED_GATHER_PROTO=ll}; do
+        [ "$v" = - ] && v=""
+        echo "--- variant: ${v:-defaults}"
+        env ${v//,/ } $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || echo "dps-perf failed"
       done | tee "$LOGDIR/latency.log"
       grep -q "dps-perf failed" "$LOGDIR/latency.log" && rc=1 ;;
     reliability)

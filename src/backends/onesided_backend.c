@@ -4,8 +4,9 @@
  *  window A (init, dtype independent), symmetric, zeroed before registration:
  *    [flags]      u64 ready[maxb][tp], done[maxb][tp]       (swap direct path)
  *    [fail]       u64 fail[DPS_OS_MAX_RANKS]: written by a peer that gave up
- *    [gout]       LL staging of gather_verify_outputs  [2][tp][cap_out] x 16 B
- *    [glp]        LL staging of gather_verify_logprobs [2][tp][cap_lp]  x 16 B
+ *    [gout]       staging of gather_verify_outputs  [2][tp][cap_out] lines
+ *    [glp]        staging of gather_verify_logprobs [2][tp][cap_lp]  lines
+ *                 (lines of the gather protocol: LL 16 B, LL128 128 B)
  *  window B (prepare, once the logits dtype is fixed), symmetric:
  *    [swap_out]   [max_pad_bs/tp*N, V] of dtype = comm->swap_out; peers store
  *                 into it directly on the swap's direct path
@@ -24,7 +25,9 @@
  * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
  * must be co-resident) and the LL threshold of the swap
  * (DPSAMPLING_ONESIDED_LL_BYTES: per-peer chunk bytes up to which the swap
- * uses the LL path; default 256 KiB; 0 = always the direct path).
+ * uses the LL path; default 256 KiB; 0 = always the direct path), and the
+ * gathers' protocol: LL128 when every rank reaches every peer over NVLink,
+ * LL otherwise (see chooseGatherProto).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,10 +57,11 @@ typedef struct {
   dpsOsCommon common; /* the kernels' common arguments (built at the end of init) */
   int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
   int gthreads;      /* gather block size (DPSAMPLING_ONESIDED_GATHER_THREADS) */
+  int gproto;        /* agreed gather protocol, DPS_OS_PROTO_* */
 
   OsWindow a; /* flags + fail area + gather staging */
   size_t off_fail, off_gout, off_glp;
-  int64_t cap_out, cap_lp; /* LL lines per (parity, src) */
+  int64_t cap_out, cap_lp; /* gather staging lines per (parity, src) */
 
   OsWindow b; /* swap_out + swap LL staging */
   size_t off_swll;
@@ -237,10 +241,10 @@ static int envPdl(void) {
 }
 
 /* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
- * of 32 in [32, 1024] (default 256). Each thread owns one staging line per
- * call, so fewer, larger blocks trade block count for block size. Local: the
- * line a thread owns depends only on its global index, so ranks need not
- * agree. */
+ * of 32 in [32, 1024] (default 256). A thread owns one LL line, or an eighth
+ * of an LL128 line, per call, so fewer, larger blocks trade block count for
+ * block size. Local: the line a thread owns depends only on its global index,
+ * so ranks need not agree. */
 static int envGatherThreads(void) {
   uint64_t v = DPS_OS_GATHER_THREADS;
   if (dpsEnvUint("DPSAMPLING_ONESIDED_GATHER_THREADS", &v) < 0 || v < 32 ||
@@ -252,6 +256,55 @@ static int envGatherThreads(void) {
     return DPS_OS_GATHER_THREADS;
   }
   return (int)v;
+}
+
+/* DPSAMPLING_ONESIDED_GATHER_PROTO: "auto" (default: LL128 where verified,
+ * else LL), "ll" or "ll128" (skips the NVLink check: for deployments that
+ * hide the peers' GPUs from each process but know they are on NVLink).
+ * Returns -1 for auto, else DPS_OS_PROTO_*. The ranks agree on the minimum,
+ * so one rank asking for LL makes every rank use LL. */
+static int envGatherProto(void) {
+  const char* v = getenv("DPSAMPLING_ONESIDED_GATHER_PROTO");
+  if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0) return -1;
+  if (strcmp(v, "ll") == 0) return DPS_OS_PROTO_LL;
+  if (strcmp(v, "ll128") == 0) return DPS_OS_PROTO_LL128;
+  dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_GATHER_PROTO='%s' is not auto, ll or ll128; using auto",
+         v);
+  return -1;
+}
+
+/* The PCI address of a device as one number (-1 if unknown). */
+static int64_t pciKey(int dev) {
+  int dom = 0, bus = 0, slot = 0;
+  if (cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) != cudaSuccess)
+    return -1;
+  return ((int64_t)dom << 16) | ((int64_t)bus << 8) | (int64_t)slot;
+}
+
+/* Whether this rank reaches every peer over NVLink, which the LL128 gathers
+ * need (PCIe does not deliver a 128-byte warp store as a unit). Each peer's
+ * GPU (PCI address keys[r]) is looked up among the devices visible here, and
+ * the pair must report native P2P atomics, which NVLink has and PCIe P2P
+ * lacks. A peer that is not visible here (CUDA_VISIBLE_DEVICES) counts as
+ * unverified. Leaves no CUDA error behind. */
+static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
+  const cudaError_t before = cudaPeekAtLastError();
+  int ndev = 0, ok = cudaGetDeviceCount(&ndev) == cudaSuccess;
+  for (int r = 0; ok && r < st->tp; ++r) {
+    if (r == st->rank) continue;
+    int peer = -1;
+    for (int d = 0; d < ndev && peer < 0; ++d)
+      if (d != dev && keys[r] >= 0 && pciKey(d) == keys[r]) peer = d;
+    int atomics = 0;
+    ok = peer >= 0 &&
+         cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, dev, peer) ==
+             cudaSuccess &&
+         atomics == 1;
+  }
+  if (before == cudaSuccess) (void)cudaGetLastError();
+  return ok;
 }
 
 /* Element-wise min over ranks (creation: {SM count, LL threshold}; prepare:
@@ -312,12 +365,26 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
                        "onesided backend supports at most %d ranks, tp_size=%d (use backend=nccl)",
                        DPS_OS_MAX_RANKS, st->tp);
 
-  int sms = 0;
+  int sms = 0, major = 0;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
-  int64_t vals[2] = {sms, (int64_t)envLLBytes()};
-  DPS_CHECK(agree(comm, vals, 2));
+  DPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
+  /* {SM count, LL threshold, PCI address of every rank (others' slots at
+   * INT64_MAX, so the min fills them in)} */
+  int64_t vals[2 + DPS_OS_MAX_RANKS];
+  vals[0] = sms;
+  vals[1] = (int64_t)envLLBytes();
+  for (int r = 0; r < st->tp; ++r) vals[2 + r] = r == st->rank ? pciKey(comm->device) : INT64_MAX;
+  DPS_CHECK(agree(comm, vals, 2 + st->tp));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
+  /* Gather protocol: LL128 is validated on sm_90 over NVLink. */
+  const int want = envGatherProto();
+  int64_t proto = want >= 0 ? want
+                  : major >= 9 && nvlinkToAllPeers(st, comm->device, vals + 2)
+                      ? DPS_OS_PROTO_LL128
+                      : DPS_OS_PROTO_LL;
+  DPS_CHECK(agree(comm, &proto, 1));
+  st->gproto = (int)proto;
   st->pdl = envPdl();
   if (st->pdl) {
     /* A kernel launched with PDL that was not compiled with the wait would
@@ -360,21 +427,26 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   comm->accept_length_out = (int32_t*)(o + 3 * seg);
 
   /* window A */
-  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + 1) / 2;
-  st->cap_lp = ((int64_t)st->max_reqs * st->n + 1) / 2;
+  const int64_t lineVals =
+      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
+  const size_t lineBytes =
+      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
+  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + lineVals - 1) / lineVals;
+  st->cap_lp = ((int64_t)st->max_reqs * st->n + lineVals - 1) / lineVals;
   size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
   st->off_fail = roundUp(flags, 256);
   st->off_gout = st->off_fail + roundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
-  st->off_glp = st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * 16u, 256);
-  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * 16u;
+  st->off_glp =
+      st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * lineBytes, 256);
+  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * lineBytes;
   DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
   st->common = buildCommon(comm, st);
 
   dpsLog(DPS_LOG_INFO,
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
-         "PDL %s, gather blocks of %d threads",
+         "PDL %s, gathers %s in blocks of %d threads",
          st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size,
-         st->pdl ? "on" : "off", st->gthreads);
+         st->pdl ? "on" : "off", st->gproto == DPS_OS_PROTO_LL128 ? "LL128" : "LL", st->gthreads);
   return dpsSuccess;
 }
 
@@ -485,9 +557,9 @@ static dpsResult_t launchGather(const OsState* st, dpsOsGatherArgs* a, size_t of
   /* The grid depends on the capacity (max_pad_bs), never on this call's
    * pad_bs: each block keeps its own epoch over a fixed set of lines. */
   int cap_blocks = st->maxb < DPS_OS_GATHER_MAX_BLOCKS ? st->maxb : DPS_OS_GATHER_MAX_BLOCKS;
-  int grid = clampGrid(((uint64_t)cap + (uint64_t)st->gthreads - 1) / (uint64_t)st->gthreads,
-                       cap_blocks);
-  cudaError_t ce = dpsOsLaunchGather(a, grid, st->gthreads, stream);
+  const uint64_t threads = (uint64_t)cap * (st->gproto == DPS_OS_PROTO_LL128 ? 8u : 1u);
+  int grid = clampGrid((threads + (uint64_t)st->gthreads - 1) / (uint64_t)st->gthreads, cap_blocks);
+  cudaError_t ce = dpsOsLaunchGather(a, st->gproto, grid, st->gthreads, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),
                        cudaGetErrorString(ce));

@@ -1,16 +1,19 @@
 /* One-sided gathers (verify outputs, verify logprobs): one kernel per call,
- * LL protocol, no separate barrier.
+ * the flag travels with the data, no separate barrier.
  *
  * Each rank's packed vector (up to 3 int32/fp32 segments, total values P) is
- * cut into lines of 2 values; line l travels as one 16-byte store
- * {v[2l], flag, v[2l+1], flag} into every peer's staging[parity][me][l]
- * (parity = epoch & 1, flag = llFlag(epoch)). The receiver polls its own
- * staging[parity][src][l] until both flags match and writes the values into
- * its persistent outputs; its own values are copied directly. The grid is
- * fixed at creation: block b sends and receives lines b*threads + tid
- * (grid-stride), the same lines on every call and every rank, and keeps its
- * own epoch, so no block waits for another block of its own rank. Every call
- * has at least one line per rank, so every call waits for every peer.
+ * cut into staging lines (layout and protocols: onesided_kernels.h):
+ *  - LL:    line l = values 2l, 2l+1, one thread per line, one 16-byte store
+ *           {v0, flag, v1, flag} per peer;
+ *  - LL128: line l = values 31l .. 31l+30, eight threads per line, the warp
+ *           storing 4 whole lines per instruction, the flag in word 31.
+ * Line l goes to every peer's staging[parity][me][l] (parity = epoch & 1,
+ * flag = llFlag(epoch)); the receiver polls its own staging[parity][src][l]
+ * until the flag(s) match and writes the values into its persistent outputs;
+ * its own values are copied directly. The grid is fixed at creation: block b
+ * sends and receives the same lines on every call and every rank, and keeps
+ * its own epoch, so no block waits for another block of its own rank. Every
+ * call has at least one line per rank, so every call waits for every peer.
  *
  * Double buffering by parity is safe: a peer at call e+1 has received my data
  * of call e, which I only send after my call e-1 kernel (the last reader of
@@ -24,26 +27,34 @@ using namespace dpsos;
 
 namespace {
 
-__device__ __forceinline__ uint32_t loadPacked(const dpsOsGatherArgs& a, u64 j) {
-  if (j < (u64)a.count[0]) return __ldg(a.in[0] + j);
-  j -= (u64)a.count[0];
-  if (j < (u64)a.count[1]) return __ldg(a.in[1] + j);
-  j -= (u64)a.count[1];
-  return __ldg(a.in[2] + j);
-}
+/* Value j of the packed vector lives in segment k = (j >= c0) + (j >= c01).
+ * The pointer is chosen with selects, not branches: neighbouring threads of
+ * a warp often straddle a segment boundary. */
+struct Segs {
+  u64 c0, c1, c2, c01;
+  __device__ explicit Segs(const dpsOsGatherArgs& a)
+      : c0((u64)a.count[0]), c1((u64)a.count[1]), c2((u64)a.count[2]),
+        c01((u64)a.count[0] + (u64)a.count[1]) {}
 
-__device__ __forceinline__ void storeOut(const dpsOsGatherArgs& a, int src, u64 j, uint32_t v) {
-  if (j < (u64)a.count[0]) {
-    a.out[0][(u64)src * (u64)a.count[0] + j] = v;
-    return;
+  __device__ __forceinline__ uint32_t load(const dpsOsGatherArgs& a, u64 j) const {
+    const uint32_t* p = a.in[0] + j;
+    p = j >= c0 ? a.in[1] + (j - c0) : p;
+    p = j >= c01 ? a.in[2] + (j - c01) : p;
+    return __ldg(p);
   }
-  j -= (u64)a.count[0];
-  if (j < (u64)a.count[1]) {
-    a.out[1][(u64)src * (u64)a.count[1] + j] = v;
-    return;
+  /* value j of rank src: out[k][src*count[k] + (j - start of segment k)] */
+  __device__ __forceinline__ void store(const dpsOsGatherArgs& a, int src, u64 j,
+                                        uint32_t v) const {
+    uint32_t* p = a.out[0] + (u64)src * c0 + j;
+    p = j >= c0 ? a.out[1] + (u64)src * c1 + (j - c0) : p;
+    p = j >= c01 ? a.out[2] + (u64)src * c2 + (j - c01) : p;
+    *p = v;
   }
-  j -= (u64)a.count[1];
-  a.out[2][(u64)src * (u64)a.count[2] + j] = v;
+};
+
+__device__ __forceinline__ int peerAt(int me, int k, int tp) {
+  const int p = me + k;
+  return p >= tp ? p - tp : p;
 }
 
 __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsOsGatherArgs a) {
@@ -53,12 +64,13 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsO
   const u64 stride = (u64)gridDim.x * blockDim.x;
   dpsPdlWait();
   dpsPdlRelease();
+  const Segs sg(a);
   /* Issue the first line's input loads before the epoch read, so that the
    * two latencies overlap instead of adding up. */
   uint32_t pre0 = 0u, pre1 = 0u;
   if (first < L) {
-    pre0 = loadPacked(a, 2 * first);
-    if (2 * first + 1 < P) pre1 = loadPacked(a, 2 * first + 1);
+    pre0 = sg.load(a, 2 * first);
+    if (2 * first + 1 < P) pre1 = sg.load(a, 2 * first + 1);
   }
   const u64 e = beginBlockEpoch(c, a.op);
   if (e == 0) return;
@@ -70,21 +82,20 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsO
   for (u64 l = first; l < L; l += stride) {
     const u64 j = 2 * l;
     const bool two = j + 1 < P;
-    const uint32_t v0 = l == first ? pre0 : loadPacked(a, j);
-    const uint32_t v1 = l == first ? pre1 : two ? loadPacked(a, j + 1) : 0u;
-    for (int k = 1; k < tp; ++k) {
-      const int p = (me + k) % tp;
-      stLine(a.stage_peer.p[p] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), v0, v1, flag);
-    }
-    storeOut(a, me, j, v0);
-    if (two) storeOut(a, me, j + 1, v1);
+    const uint32_t v0 = l == first ? pre0 : sg.load(a, j);
+    const uint32_t v1 = l == first ? pre1 : two ? sg.load(a, j + 1) : 0u;
+    for (int k = 1; k < tp; ++k)
+      stLine(a.stage_peer.p[peerAt(me, k, tp)] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), v0, v1,
+             flag);
+    sg.store(a, me, j, v0);
+    if (two) sg.store(a, me, j + 1, v1);
   }
 
   int fail = 0;
   for (u64 l = first; l < L && !fail; l += stride) {
     const u64 j = 2 * l;
     for (int k = 1; k < tp && !fail; ++k) {
-      const int src = (me + k) % tp;
+      const int src = peerAt(me, k, tp);
       const char* line = a.stage + DPS_OS_LL_OFFSET(par, src, l, tp, cap);
       unsigned n = 0;
       uint4 v = ldLine(line);
@@ -96,8 +107,99 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsO
         v = ldLine(line);
       }
       if (!fail) {
-        storeOut(a, src, j, v.x);
-        if (j + 1 < P) storeOut(a, src, j + 1, v.z);
+        sg.store(a, src, j, v.x);
+        if (j + 1 < P) sg.store(a, src, j + 1, v.z);
+      }
+    }
+  }
+  if (__syncthreads_or(fail)) return;
+  finishBlockEpoch(c, a.op, e);
+}
+
+/* LL128. Control flow is warp-uniform (loops run over the warp's first
+ * line), so that every 128-byte line is stored and loaded by one warp
+ * instruction of its eight threads, and __any_sync sees the whole warp.
+ * Thread `sub` (lane % 8) of a line holds words 4*sub .. 4*sub+3; sub 7's
+ * last word is the flag. */
+__global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX)
+    gatherLL128Kernel(dpsOsGatherArgs a) {
+  const dpsOsCommon& c = a.c;
+  const u64 P = (u64)a.total, cap = (u64)a.cap;
+  const u64 L = (P + DPS_OS_LL128_LINE_VALUES - 1) / DPS_OS_LL128_LINE_VALUES;
+  const unsigned lane = threadIdx.x & 31u, sub = lane & 7u;
+  const u64 warp0 = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32u * 4u; /* warp's 1st line */
+  const u64 strideLines = (u64)gridDim.x * blockDim.x / 8u;
+  const u64 myLine0 = warp0 + (lane >> 3);
+  const unsigned nw = sub == 7u ? 3u : 4u; /* data words of this thread */
+  dpsPdlWait();
+  dpsPdlRelease();
+  const Segs sg(a);
+  uint32_t pre[4] = {0u, 0u, 0u, 0u};
+  if (myLine0 < L) {
+    const u64 j0 = myLine0 * DPS_OS_LL128_LINE_VALUES + 4u * sub;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i)
+      if (i < nw && j0 + i < P) pre[i] = sg.load(a, j0 + i);
+  }
+  const u64 e = beginBlockEpoch(c, a.op);
+  if (e == 0) return;
+  const u64 t0 = globalTimer();
+  const int tp = c.tp, me = c.rank;
+  const uint32_t flag = llFlag(e);
+  const int par = (int)(e & 1);
+
+  for (u64 w = warp0; w < L; w += strideLines) {
+    const u64 l = w + (lane >> 3);
+    const bool act = l < L;
+    const u64 j0 = l * DPS_OS_LL128_LINE_VALUES + 4u * sub;
+    uint32_t v[4] = {0u, 0u, 0u, 0u};
+    if (act) {
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i)
+        if (i < nw && j0 + i < P) v[i] = w == warp0 ? pre[i] : sg.load(a, j0 + i);
+    }
+    if (sub == 7u) v[3] = flag;
+    __syncwarp();
+    if (act) {
+      const size_t off =
+          DPS_OS_STAGE_OFFSET(par, me, l, tp, cap, DPS_OS_LL128_LINE_BYTES) + 16u * sub;
+      for (int k = 1; k < tp; ++k)
+        stV4(a.stage_peer.p[peerAt(me, k, tp)] + off, v[0], v[1], v[2], v[3]);
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i)
+        if (i < nw && j0 + i < P) sg.store(a, me, j0 + i, v[i]);
+    }
+  }
+
+  int fail = 0; /* warp-uniform */
+  for (u64 w = warp0; w < L && !fail; w += strideLines) {
+    const u64 l = w + (lane >> 3);
+    const bool act = l < L;
+    const u64 j0 = l * DPS_OS_LL128_LINE_VALUES + 4u * sub;
+    for (int k = 1; k < tp && !fail; ++k) {
+      const int src = peerAt(me, k, tp);
+      const char* line =
+          a.stage + DPS_OS_STAGE_OFFSET(par, src, act ? l : 0u, tp, cap, DPS_OS_LL128_LINE_BYTES) +
+          16u * sub;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      unsigned n = 0;
+      for (;;) {
+        if (act) v = ldLine(line);
+        if (!__any_sync(0xffffffffu, act && sub == 7u && v.w != flag)) break;
+        if ((++n & 127u) == 0) {
+          int f = 0;
+          if (lane == 0) f = spinExpired(c, t0, a.op, src, DPS_OS_WAIT_DATA);
+          if (__shfl_sync(0xffffffffu, f, 0)) {
+            fail = 1;
+            break;
+          }
+        }
+      }
+      if (!fail && act) {
+        const uint32_t vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (unsigned i = 0; i < 4; ++i)
+          if (i < nw && j0 + i < P) sg.store(a, src, j0 + i, vv[i]);
       }
     }
   }
@@ -107,13 +209,16 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX) gatherLLKernel(dpsO
 
 }  // namespace
 
-extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
-                                         cudaStream_t stream) {
+extern "C" cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int proto, int grid,
+                                         int threads, cudaStream_t stream) {
+  if (proto == DPS_OS_PROTO_LL128)
+    return dpsLaunch(gatherLL128Kernel, dim3((unsigned)grid), dim3((unsigned)threads), stream,
+                     a->c.pdl, *a);
   return dpsLaunch(gatherLLKernel, dim3((unsigned)grid), dim3((unsigned)threads), stream,
                    a->c.pdl, *a);
 }
 
 extern "C" cudaError_t dpsOsPreloadGatherKernels(void) {
-  const void* const k[] = {(const void*)gatherLLKernel};
-  return dpsPreload(k, 1);
+  const void* const k[] = {(const void*)gatherLLKernel, (const void*)gatherLL128Kernel};
+  return dpsPreload(k, 2);
 }

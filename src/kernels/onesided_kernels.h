@@ -99,11 +99,26 @@ typedef struct {
   ((size_t)(maxb) * (size_t)(tp) + (size_t)(b) * (size_t)(tp) + (size_t)(src))
 #define DPS_OS_FLAG_WORDS(tp, maxb) (2u * (size_t)(maxb) * (size_t)(tp))
 
-/* LL staging: 16-byte lines {data0, flag, data1, flag} (two 8-byte LL words);
- * layout [parity 2][src tp][cap lines]. */
+/* Staging layout of the LL protocols: [parity 2][src tp][cap lines].
+ *  LL:    16-byte lines {data0, flag, data1, flag} (two 8-byte LL words):
+ *         2 values per line (the swap, and the gathers off NVLink).
+ *  LL128: 128-byte lines, 8 threads x 16 bytes stored by one warp
+ *         instruction, words 0..30 data and word 31 the flag: 31 values per
+ *         line. Relies on NVLink delivering such a 128-byte warp store as a
+ *         unit (what NCCL's LL128 protocol relies on), so it is used only
+ *         when every peer is on NVLink (onesided_backend.c). */
 #define DPS_OS_LL_LINE_BYTES 16
+#define DPS_OS_LL_LINE_VALUES 2
+#define DPS_OS_LL128_LINE_BYTES 128
+#define DPS_OS_LL128_LINE_VALUES 31
+#define DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, line_bytes)                              \
+  ((((size_t)(parity) * (size_t)(tp) + (size_t)(src)) * (size_t)(cap) + (size_t)(line)) *      \
+   (size_t)(line_bytes))
 #define DPS_OS_LL_OFFSET(parity, src, line, tp, cap) \
-  ((((size_t)(parity) * (size_t)(tp) + (size_t)(src)) * (size_t)(cap) + (size_t)(line)) * 16u)
+  DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, DPS_OS_LL_LINE_BYTES)
+
+/* Gather protocols (agreed at creation). */
+enum { DPS_OS_PROTO_LL = 0, DPS_OS_PROTO_LL128 = 1 };
 
 /* Swap. The chunk a rank sends to a peer is contiguous in its input: rows
  * [peer*rows, (peer+1)*rows) of row_bytes each; it lands in the peer's output
@@ -152,7 +167,10 @@ typedef struct {
 cudaError_t dpsOsPreloadSwapKernels(void);
 cudaError_t dpsOsPreloadGatherKernels(void);
 
-cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int grid, int threads,
+/* proto: DPS_OS_PROTO_*; a->cap counts lines of that protocol. The grid
+ * must depend only on the capacity (each block keeps its own epoch over a
+ * fixed set of lines). */
+cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int proto, int grid, int threads,
                               cudaStream_t stream);
 
 #define DPS_OS_SWAP_THREADS 512
@@ -204,6 +222,12 @@ __device__ __forceinline__ u64 globalTimer() {
 __device__ __forceinline__ void stLine(char* p, uint32_t d0, uint32_t d1, uint32_t flag) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(flag),
                "r"(d1), "r"(flag)
+               : "memory");
+}
+/* One 16-byte slice of an LL128 line (a warp stores 4 lines at once). */
+__device__ __forceinline__ void stV4(char* p, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w0), "r"(w1),
+               "r"(w2), "r"(w3)
                : "memory");
 }
 __device__ __forceinline__ uint4 ldLine(const char* p) {

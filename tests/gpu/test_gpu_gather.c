@@ -1,7 +1,7 @@
 /* gather_verify_outputs / gather_verify_logprobs on 2..8 GPUs, every backend:
  * the spec cases (pad_bs 8, N 1 and 4; persistent buffers with N 2), a sweep
  * of pad_bs 8..512 (changing between calls on one communicator sized for 512)
- * for N 1..8 with every value checked and output pointers identical across
+ * for N 1..8 and of pad_bs up to 4096 (N 8) with every value checked and output pointers identical across
  * calls, gathers before any swap (dtype fixed by prepare, or for nccl never),
  * and (nccl) a counting replacement all_gather proving exactly one all-gather
  * per gather_verify_outputs call, with correct values, and NCCL restored by a
@@ -43,40 +43,54 @@ static int specCases(int rank, int tp, dpsBackend_t backend, cudaStream_t s) {
   return 0;
 }
 
+/* One communicator sized for max_pad, calls at each of pads[] (those
+ * divisible by tp), every value checked, output pointers fixed. */
+static int sweepComm(int rank, int tp, dpsBackend_t backend, cudaStream_t s, int max_pad, int n,
+                     const int* pads, size_t npads) {
+  /* Odd N: dtype known at creation; even N: fixed later by prepare. */
+  const dpsDataType_t dt = (n % 2) ? dpsBfloat16 : dpsDtypeUnset;
+  dpsConfig_t cfg = gtConfig(rank, tp, max_pad, n, tp * 4, dt, backend);
+  dpsComm_t comm;
+  int rc = gtCreate(&comm, &cfg);
+  if (rc) return rc;
+  if (dt == dpsDtypeUnset) FX_CHECK_OK(dpsCommPrepare(comm, dpsFloat16));
+  gtBufs b;
+  if (gtAllocBufs(&b, tp, max_pad, n, tp * 4, dpsBfloat16, 0)) return 1;
+  int32_t* first[3] = {NULL, NULL, NULL};
+  float* first_lp = NULL;
+  for (size_t i = 0; i < npads; ++i) {
+    if (pads[i] % tp) continue;
+    int32_t* o[3];
+    float* lp;
+    if (gtGatherChecked(comm, &b, rank, tp, pads[i], 100 * n + (int)i, s, o, &lp)) {
+      fprintf(stderr, "rank %d: sweep max_pad_bs=%d N=%d pad_bs=%d failed\n", rank, max_pad, n,
+              pads[i]);
+      return 1;
+    }
+    if (first_lp == NULL) {
+      memcpy(first, o, sizeof first);
+      first_lp = lp;
+    }
+    for (int k = 0; k < 3; ++k) FX_CHECK(o[k] == first[k], "output %d moved", k);
+    FX_CHECK(lp == first_lp, "logprobs output moved");
+  }
+  fxBarrier();
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  gtFreeBufs(&b);
+  return 0;
+}
+
 static int sweep(int rank, int tp, dpsBackend_t backend, cudaStream_t s) {
   const int pads[] = {8, 16, 24, 64, 128, 256, 512, 40, 8, 512};
   for (int n = 1; n <= 8; ++n) {
-    /* Odd N: dtype known at creation; even N: fixed later by prepare. */
-    const dpsDataType_t dt = (n % 2) ? dpsBfloat16 : dpsDtypeUnset;
-    dpsConfig_t cfg = gtConfig(rank, tp, 512, n, tp * 4, dt, backend);
-    dpsComm_t comm;
-    int rc = gtCreate(&comm, &cfg);
+    int rc = sweepComm(rank, tp, backend, s, 512, n, pads, sizeof pads / sizeof pads[0]);
     if (rc) return rc;
-    if (dt == dpsDtypeUnset) FX_CHECK_OK(dpsCommPrepare(comm, dpsFloat16));
-    gtBufs b;
-    if (gtAllocBufs(&b, tp, 512, n, tp * 4, dpsBfloat16, 0)) return 1;
-    int32_t* first[3] = {NULL, NULL, NULL};
-    float* first_lp = NULL;
-    for (size_t i = 0; i < sizeof pads / sizeof pads[0]; ++i) {
-      if (pads[i] % tp) continue;
-      int32_t* o[3];
-      float* lp;
-      if (gtGatherChecked(comm, &b, rank, tp, pads[i], 100 * n + (int)i, s, o, &lp)) {
-        fprintf(stderr, "rank %d: sweep N=%d pad_bs=%d failed\n", rank, n, pads[i]);
-        return 1;
-      }
-      if (first_lp == NULL) {
-        memcpy(first, o, sizeof first);
-        first_lp = lp;
-      }
-      for (int k = 0; k < 3; ++k) FX_CHECK(o[k] == first[k], "output %d moved", k);
-      FX_CHECK(lp == first_lp, "logprobs output moved");
-    }
-    fxBarrier();
-    FX_CHECK_OK(dpsCommDestroy(comm));
-    gtFreeBufs(&b);
   }
-  return 0;
+  /* A capacity beyond the onesided gathers' largest grid, so that their
+   * blocks loop over several lines (more so with
+   * DPSAMPLING_ONESIDED_GATHER_THREADS=32, which ctest also runs). */
+  const int big[] = {4096, 8, 1000, 4096};
+  return sweepComm(rank, tp, backend, s, 4096, 8, big, sizeof big / sizeof big[0]);
 }
 
 /* nccl only: the verify gather is not the place where an engine's gather may
