@@ -6,7 +6,7 @@
 #   python  the Python tests, spec included
 #   compare bench/compare_torch.py
 #   sanitize the multi-GPU C tests at small sizes under compute-sanitizer
-#   latency  dps-perf, onesided, small shapes: defaults, PDL off, LL gathers
+#   latency  dps-perf, onesided, small shapes: defaults, PDL off, LL128 gathers
 #   reliability  test_gpu_reliability with the figures
 #            (DPS_RELIABILITY_CYCLES=1000, DPS_SOAK_REPLAYS=100000 unless set)
 # Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
@@ -39,7 +39,7 @@ for st in $stages; do
       # onesided small shapes; one dps-perf run per variant (comma-separated
       # environment assignments; "-" = defaults)
       small=8x1x64,8x4,8x8,64x1,64x4,64x8,256x1,256x4,256x8,512x1,512x4,512x8
-      for v in ${LAT_VARIANTS:-- DPSAMPLING_PDL=0 DPSAMPLING_ONESIDED_GATHER_PROTO=ll}; do
+      for v in ${LAT_VARIANTS:-- DPSAMPLING_PDL=0 DPSAMPLING_ONESIDED_GATHER_PROTO=ll128}; do
         [ "$v" = - ] && v=""
         echo "--- variant: ${v:-defaults}"
         env ${v//,/ } $BUILD/tools/dps-perf -b onesided --no-peak -s $small -r 50 2>&1 || echo "dps-perf failed"

@@ -105,8 +105,8 @@ typedef struct {
  *  LL128: 128-byte lines, 8 threads x 16 bytes stored by one warp
  *         instruction, words 0..30 data and word 31 the flag: 31 values per
  *         line. Relies on NVLink delivering such a 128-byte warp store as a
- *         unit (what NCCL's LL128 protocol relies on), so it is used only
- *         when every peer is on NVLink (onesided_backend.c). */
+ *         unit (what NCCL's LL128 protocol relies on), so it runs only on
+ *         request and only when every peer is on NVLink (onesided_backend.c). */
 #define DPS_OS_LL_LINE_BYTES 16
 #define DPS_OS_LL_LINE_VALUES 2
 #define DPS_OS_LL128_LINE_BYTES 128
