@@ -56,20 +56,21 @@ for st in $stages; do
       # One lane per tool, in parallel; each lane runs the tests in turn.
       # NCCL probes CUDA APIs that fail by design (cuMemCreate with fabric
       # handles, kernels not built for this arch): report kernel errors only.
-      # SAN_TESTS entries are "binary[:argument]".
+      # SAN_TESTS entries are "[VAR=v[,VAR=v...]@]binary[:argument]".
       for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
         (
           lrc=0; start=$SECONDS
           for t in ${SAN_TESTS:-$BUILD/tests/test_gpu_*}; do
+            envs=""; [ "${t#*@}" != "$t" ] && { envs=${t%%@*}; t=${t#*@}; }
             bin=${t%%:*}; arg=""; [ "$bin" != "$t" ] && arg=${t#*:}
             if [ $((SECONDS - start)) -ge ${SAN_LANE_DEADLINE:-100000} ]; then
-              echo "--- $tool $bin $arg: not run (lane deadline ${SAN_LANE_DEADLINE}s)"; continue
+              echo "--- $tool ${envs:+$envs }$bin $arg: not run (lane deadline ${SAN_LANE_DEADLINE}s)"; continue
             fi
-            echo "--- $tool $bin $arg"
-            DPS_TEST_SMALL=1 DPS_RELIABILITY_CYCLES=3 DPS_SOAK_REPLAYS=50 \
+            echo "--- $tool ${envs:+$envs }$bin $arg"
+            env ${envs//,/ } DPS_TEST_SMALL=1 DPS_RELIABILITY_CYCLES=3 DPS_SOAK_REPLAYS=50 \
               timeout ${SAN_LANE_TIMEOUT:-900} compute-sanitizer --tool $tool --report-api-errors no \
               --target-processes all --error-exitcode 9 $bin $arg >/tmp/san-$tool.log 2>&1; r=$?
-            cat /tmp/san-$tool.log; echo "--- $tool $bin $arg: exit $r"; [ $r -eq 0 ] || lrc=1
+            cat /tmp/san-$tool.log; echo "--- $tool ${envs:+$envs }$bin $arg: exit $r"; [ $r -eq 0 ] || lrc=1
           done
           exit $lrc
         ) >"$LOGDIR/sanitize-$tool.log" 2>&1 &
