@@ -11,7 +11,8 @@
 #            (DPS_RELIABILITY_CYCLES=1000, DPS_SOAK_REPLAYS=100000 unless set)
 # Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
 #      PERF_ARGS (extra dps-perf arguments), LAT_VARIANTS (latency stage:
-#      variants, each "VAR=v[,VAR=v...]" or "-" for the defaults), SAN_TESTS, SAN_TOOLS,
+#      variants, each "VAR=v[,VAR=v...]" or "-" for the defaults; the older
+#      "PDL,THREADS" pairs are gone), SAN_TESTS, SAN_TOOLS,
 #      SAN_LANE_TIMEOUT (seconds per sanitized test), SAN_LANE_DEADLINE (no new
 #      test starts in a tool's lane after that many seconds).
 # Logs (at most 8 files; sanitize writes one per tool) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).

@@ -304,8 +304,9 @@ static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
   return ok;
 }
 
-/* Element-wise min over ranks (creation: {SM count, LL threshold}; prepare:
- * the dtype). Blocks the host; never called from an operation's hot path. */
+/* Element-wise min over ranks (creation: {SM count, LL threshold, every
+ * rank's PCI address}, then the gather protocol; prepare: the dtype). Blocks
+ * the host; never called from an operation's hot path. */
 static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
   int64_t* dev = NULL;
   cudaStream_t s = NULL;

@@ -86,9 +86,11 @@ static int sweep(int rank, int tp, dpsBackend_t backend, cudaStream_t s) {
     int rc = sweepComm(rank, tp, backend, s, 512, n, pads, sizeof pads / sizeof pads[0]);
     if (rc) return rc;
   }
-  /* A capacity beyond the onesided gathers' largest grid, so that their
-   * blocks loop over several lines (more so with
-   * DPSAMPLING_ONESIDED_GATHER_THREADS=32, which ctest also runs). */
+  /* A large capacity: with 32-thread blocks (DPSAMPLING_ONESIDED_GATHER_THREADS=32,
+   * which ctest also runs, with either protocol) the onesided gathers' grid
+   * hits its 64-block cap, so every block loops over several lines (both
+   * gathers at tp 2 and 4); with the default 256 threads the LL outputs
+   * gather loops at tp 2. */
   const int big[] = {4096, 8, 1000, 4096};
   return sweepComm(rank, tp, backend, s, 4096, 8, big, sizeof big / sizeof big[0]);
 }
