@@ -107,6 +107,7 @@ static int bodyLifecycle(int rank, int tp, dpsBackend_t backend) {
   /* Always warm up: a short run (the sanitizer stage runs 3 cycles) would
    * otherwise count the one-time allocations as a leak. */
   const long warm = LC_WARMUP;
+  FX_CHECK(cycles >= 1, "DPS_RELIABILITY_CYCLES=%ld: need at least 1 measured cycle", cycles);
   const int pad = 16, n = 2;
   const int64_t vocab = (int64_t)tp * 256;
   cudaStream_t s;
