@@ -221,6 +221,23 @@ static int expectOutcome(const char* call, dpsResult_t got, const Reasons* rs) {
   abort();
 }
 
+/* An operation call whose checks all pass reaches the (fake) backend, which
+ * may inject `want`: that failure must come back unchanged. Otherwise the
+ * checks decide (expectOutcome). Returns 1 on the injected-failure path. */
+static int expectOpOutcome(const char* call, dpsResult_t got, dpsResult_t want,
+                           const Reasons* rs) {
+  if (rs->n != 0 || want == dpsSuccess) {
+    (void)expectOutcome(call, got, rs);
+    return 0;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "%s (fault)", call);
+  trace(what, got);
+  CHECK(got == want, "%s: backend failure %s came back as %s", call, dpsGetErrorString(want),
+        dpsGetErrorString(got));
+  return 1;
+}
+
 /* ---- model of dpsConfigCheck -------------------------------------------------- */
 static int validDtype(int d) { return d >= dpsDtypeUnset && d <= dpsFloat16; }
 static int validOpDtype(int d) { return d >= dpsFloat32 && d <= dpsFloat16; }
@@ -575,14 +592,8 @@ static void opSwap(Rd* r, Model* m, dpsComm_t comm) {
   dpsClearError();
   dpsResult_t got = dpsSwapBatchVocab(comm, in, rows, cols, (dpsDataType_t)dtype, pad_bs, outp,
                                       stream);
-  if (rs.n == 0 && want != dpsSuccess) {
-    trace("dpsSwapBatchVocab (fault)", got);
-    CHECK(got == want, "swap: backend failure %s came back as %s", dpsGetErrorString(want),
-          dpsGetErrorString(got));
+  if (expectOpOutcome("dpsSwapBatchVocab", got, want, &rs))
     CHECK(strstr(lastError(), "fake") != NULL, "backend failure message lost");
-  } else {
-    expectOutcome("dpsSwapBatchVocab", got, &rs);
-  }
   expectDeltas("dpsSwapBatchVocab", before, prepare, ops, 0, 0);
   if (got == dpsSuccess) CHECK(out == swap_buf, "swap output %p is not the persistent buffer", out);
   else CHECK(out == SENTINEL, "swap wrote *output on failure");
@@ -648,13 +659,7 @@ static void opGatherOutputs(Rd* r, Model* m, dpsComm_t comm) {
   dpsClearError();
   dpsResult_t got =
       dpsGatherVerifyOutputs(comm, p, ai, al, reqs, n, pad_bs, pop, aiop, alop, stream);
-  if (rs.n == 0 && want != dpsSuccess) {
-    trace("dpsGatherVerifyOutputs (fault)", got);
-    CHECK(got == want, "gather_outputs: backend failure %s came back as %s",
-          dpsGetErrorString(want), dpsGetErrorString(got));
-  } else {
-    expectOutcome("dpsGatherVerifyOutputs", got, &rs);
-  }
+  expectOpOutcome("dpsGatherVerifyOutputs", got, want, &rs);
   expectDeltas("dpsGatherVerifyOutputs", before, prepare, 0, ops, 0);
   if (got == dpsSuccess)
     CHECK(po == (int32_t*)p_buf && aio == (int32_t*)ai_buf && alo == (int32_t*)al_buf,
@@ -696,13 +701,7 @@ static void opGatherLogprobs(Rd* r, Model* m, dpsComm_t comm) {
 
   dpsClearError();
   dpsResult_t got = dpsGatherVerifyLogprobs(comm, in, reqs, n, pad_bs, outp, stream);
-  if (rs.n == 0 && want != dpsSuccess) {
-    trace("dpsGatherVerifyLogprobs (fault)", got);
-    CHECK(got == want, "gather_logprobs: backend failure %s came back as %s",
-          dpsGetErrorString(want), dpsGetErrorString(got));
-  } else {
-    expectOutcome("dpsGatherVerifyLogprobs", got, &rs);
-  }
+  expectOpOutcome("dpsGatherVerifyLogprobs", got, want, &rs);
   expectDeltas("dpsGatherVerifyLogprobs", before, prepare, 0, 0, ops);
   if (got == dpsSuccess) CHECK(out == (float*)lp_buf, "logprobs output is not the persistent buffer");
   else CHECK(out == SENTINEL, "gather_verify_logprobs wrote *output on failure");
@@ -727,13 +726,7 @@ static void opPrepare(Rd* r, Model* m, dpsComm_t comm) {
   }
   dpsClearError();
   dpsResult_t got = dpsCommPrepare(comm, (dpsDataType_t)dtype);
-  if (rs.n == 0 && want != dpsSuccess) {
-    trace("dpsCommPrepare (fault)", got);
-    CHECK(got == want, "prepare: backend failure %s came back as %s", dpsGetErrorString(want),
-          dpsGetErrorString(got));
-  } else {
-    expectOutcome("dpsCommPrepare", got, &rs);
-  }
+  expectOpOutcome("dpsCommPrepare", got, want, &rs);
   expectDeltas("dpsCommPrepare", before, prepare, 0, 0, 0);
   if (prepare && got == dpsSuccess) {
     m->dtype = (dpsDataType_t)dtype;
