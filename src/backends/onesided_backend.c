@@ -30,6 +30,7 @@
  * peer over NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,9 +117,10 @@ static dpsResult_t osAsyncError(dpsComm_t comm) {
                      comm->config.rank, waitName(DPS_OS_ERR_WAIT(w)));
 }
 
-/* Allocates, zeroes and registers a symmetric window; fills peer pointers. */
-static dpsResult_t windowCreate(dpsComm_t comm, OsWindow* w, size_t bytes, const char* what) {
-  OsState* st = (OsState*)comm->backend_state;
+/* Allocates and zeroes a window's memory: local, may fail on one rank only
+ * (out of memory), so callers agree on the outcome (agreeStatus) before the
+ * collective windowRegister. */
+static dpsResult_t windowAlloc(OsWindow* w, size_t bytes, const char* what) {
   w->size = roundUp(bytes ? bytes : 1, OS_WIN_ROUND);
   ncclResult_t nr = ncclMemAlloc(&w->base, w->size);
   if (nr != ncclSuccess) {
@@ -132,7 +134,14 @@ static dpsResult_t windowCreate(dpsComm_t comm, OsWindow* w, size_t bytes, const
    * completes on every rank. */
   DPS_CUDA_CHECK(cudaMemset(w->base, 0, w->size));
   DPS_CUDA_CHECK(cudaDeviceSynchronize());
-  nr = ncclCommWindowRegister(comm->nccl, w->base, w->size, &w->win, NCCL_WIN_COLL_SYMMETRIC);
+  return dpsSuccess;
+}
+
+/* Registers an allocated window (collective) and fills its peer pointers. */
+static dpsResult_t windowRegister(dpsComm_t comm, OsWindow* w, const char* what) {
+  OsState* st = (OsState*)comm->backend_state;
+  ncclResult_t nr =
+      ncclCommWindowRegister(comm->nccl, w->base, w->size, &w->win, NCCL_WIN_COLL_SYMMETRIC);
   if (nr != ncclSuccess) {
     w->win = NULL;
     return dpsSetError(dpsNcclError,
@@ -335,6 +344,28 @@ out:
   return res;
 }
 
+/* Every rank calls this at the same point with the status of its local
+ * work since the last exchange. A rank that failed returns its own error;
+ * the others return dpsSystemError naming the step, instead of going on into
+ * a collective (window registration) the failed rank will never join. */
+static dpsResult_t agreeStatus(dpsComm_t comm, dpsResult_t local, const char* step) {
+  int64_t ok = local == dpsSuccess ? 1 : 0;
+  if (local != dpsSuccess) {
+    /* keep this rank's own message, whatever the exchange says */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dpsGetLastError());
+    (void)agree(comm, &ok, 1);
+    return dpsSetError(local, "%s", msg);
+  }
+  DPS_CHECK(agree(comm, &ok, 1));
+  if (!ok)
+    return dpsSetError(dpsSystemError,
+                       "onesided rank %d: %s failed on another rank (see that rank's error); "
+                       "every rank fails",
+                       comm->config.rank, step);
+  return dpsSuccess;
+}
+
 /* The kernels' common arguments: fixed once window A exists. */
 static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
   dpsOsCommon c;
@@ -349,6 +380,52 @@ static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
     c.fail_peer[r] =
         r < st->tp ? (unsigned long long*)(st->a.peer[r] + st->off_fail) : NULL;
   return c;
+}
+
+/* Creation's local part, after the exchanges that fix the grid cap and the
+ * gather protocol: device state, error word, outputs, window A's memory.
+ * Nothing here talks to the peers, so a failure on one rank (out of memory)
+ * is agreed on before the collective registration. */
+static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
+  const dpsConfig_t* cfg = &comm->config;
+  /* error word: device copy + mapped pinned host copy */
+  DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
+  DPS_CUDA_CHECK(cudaMemset(st->dstate, 0, sizeof(dpsOsDevState)));
+  void* h = NULL;
+  DPS_CUDA_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+  memset(h, 0, 64);
+  st->herr = (volatile unsigned long long*)h;
+  DPS_CUDA_CHECK(cudaHostGetDevicePointer((void**)&st->herr_dev, h, 0));
+
+  /* verify outputs (plain device memory) */
+  uint64_t rowsN = 0, tmp = 0;
+  if (!dpsMulOk((uint64_t)cfg->max_pad_bs, (uint64_t)st->n, &rowsN) ||
+      !dpsMulOk(rowsN, 4, &tmp))
+    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
+  size_t seg = roundUp((size_t)rowsN * 4, 256);
+  size_t segl = roundUp((size_t)cfg->max_pad_bs * 4, 256);
+  DPS_CUDA_CHECK(cudaMalloc(&st->outputs, 3 * seg + segl));
+  DPS_CUDA_CHECK(cudaMemset(st->outputs, 0, 3 * seg + segl));
+  char* o = (char*)st->outputs;
+  comm->predict_out = (int32_t*)o;
+  comm->accept_index_out = (int32_t*)(o + seg);
+  comm->logprobs_out = (float*)(o + 2 * seg);
+  comm->accept_length_out = (int32_t*)(o + 3 * seg);
+
+  /* window A */
+  const int64_t lineVals =
+      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
+  const size_t lineBytes =
+      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
+  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + lineVals - 1) / lineVals;
+  st->cap_lp = ((int64_t)st->max_reqs * st->n + lineVals - 1) / lineVals;
+  size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
+  st->off_fail = roundUp(flags, 256);
+  st->off_gout = st->off_fail + roundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
+  st->off_glp =
+      st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * lineBytes, 256);
+  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * lineBytes;
+  return windowAlloc(&st->a, bytesA, "flag/staging");
 }
 
 static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
@@ -403,44 +480,8 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   }
   st->gthreads = envGatherThreads();
 
-  /* error word: device copy + mapped pinned host copy */
-  DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
-  DPS_CUDA_CHECK(cudaMemset(st->dstate, 0, sizeof(dpsOsDevState)));
-  void* h = NULL;
-  DPS_CUDA_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
-  memset(h, 0, 64);
-  st->herr = (volatile unsigned long long*)h;
-  DPS_CUDA_CHECK(cudaHostGetDevicePointer((void**)&st->herr_dev, h, 0));
-
-  /* verify outputs (plain device memory) */
-  uint64_t rowsN = 0, tmp = 0;
-  if (!dpsMulOk((uint64_t)cfg->max_pad_bs, (uint64_t)st->n, &rowsN) ||
-      !dpsMulOk(rowsN, 4, &tmp))
-    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
-  size_t seg = roundUp((size_t)rowsN * 4, 256);
-  size_t segl = roundUp((size_t)cfg->max_pad_bs * 4, 256);
-  DPS_CUDA_CHECK(cudaMalloc(&st->outputs, 3 * seg + segl));
-  DPS_CUDA_CHECK(cudaMemset(st->outputs, 0, 3 * seg + segl));
-  char* o = (char*)st->outputs;
-  comm->predict_out = (int32_t*)o;
-  comm->accept_index_out = (int32_t*)(o + seg);
-  comm->logprobs_out = (float*)(o + 2 * seg);
-  comm->accept_length_out = (int32_t*)(o + 3 * seg);
-
-  /* window A */
-  const int64_t lineVals =
-      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
-  const size_t lineBytes =
-      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
-  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + lineVals - 1) / lineVals;
-  st->cap_lp = ((int64_t)st->max_reqs * st->n + lineVals - 1) / lineVals;
-  size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
-  st->off_fail = roundUp(flags, 256);
-  st->off_gout = st->off_fail + roundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
-  st->off_glp =
-      st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * lineBytes, 256);
-  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * lineBytes;
-  DPS_CHECK(windowCreate(comm, &st->a, bytesA, "flag/staging"));
+  DPS_CHECK(agreeStatus(comm, initLocal(comm, st), "allocating the onesided buffers"));
+  DPS_CHECK(windowRegister(comm, &st->a, "flag/staging"));
   st->common = buildCommon(comm, st);
 
   dpsLog(DPS_LOG_INFO,
@@ -467,27 +508,46 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
   size_t esize = dpsDataTypeSize(comm->dtype);
   if (esize == 0)
     return dpsSetError(dpsInternalError, "onesided: prepare with dtype=%d", (int)comm->dtype);
-  /* The swap window is sized by the dtype and peers store into it: every
-   * rank must fix the same one (the first swap or prepare decides it). */
-  int64_t dt[2] = {(int64_t)comm->dtype, -(int64_t)comm->dtype};
-  DPS_CHECK(agree(comm, dt, 2));
-  if (dt[0] != -dt[1])
-    return dpsSetError(dpsInvalidUsage,
-                       "onesided: the ranks fixed different logits dtypes (this rank %s, others "
-                       "%s..%s); every rank must prepare or swap with the same dtype",
-                       dpsDataTypeName(comm->dtype), dpsDataTypeName((dpsDataType_t)dt[0]),
-                       dpsDataTypeName((dpsDataType_t)-dt[1]));
+  /* Local part first (sizes, window B's memory), then one exchange of
+   * {dtype, -dtype, ok}: the swap window is sized by the dtype and peers
+   * store into it, so every rank must fix the same one (the first swap or
+   * prepare decides it), and a rank that ran out of memory must not leave
+   * the others in the collective registration. */
+  dpsResult_t local = dpsSuccess;
   uint64_t rowsN, outBytes, chunk;
   if (!dpsMulOk((uint64_t)st->max_reqs, (uint64_t)st->n, &rowsN) ||
-      !dpsMulOk(rowsN, (uint64_t)st->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes))
-    return dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
-  chunk = outBytes / (uint64_t)st->tp; /* per-peer chunk at max_pad_bs */
-  uint64_t llMax = st->ll_bytes < chunk ? st->ll_bytes : chunk;
-  st->cap_sw = (int64_t)((llMax + 7) / 8);
-  st->off_swll = roundUp((size_t)outBytes, 256);
-  size_t bytesB = st->off_swll + 2u * (size_t)st->tp * (size_t)st->cap_sw * 16u;
+      !dpsMulOk(rowsN, (uint64_t)st->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes)) {
+    local = dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
+  } else {
+    chunk = outBytes / (uint64_t)st->tp; /* per-peer chunk at max_pad_bs */
+    uint64_t llMax = st->ll_bytes < chunk ? st->ll_bytes : chunk;
+    st->cap_sw = (int64_t)((llMax + 7) / 8);
+    st->off_swll = roundUp((size_t)outBytes, 256);
+    size_t bytesB = st->off_swll + 2u * (size_t)st->tp * (size_t)st->cap_sw * 16u;
+    local = windowAlloc(&st->b, bytesB, "swap output");
+  }
+  char msg[512] = "";
+  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
+  int64_t x[3] = {(int64_t)comm->dtype, -(int64_t)comm->dtype, local == dpsSuccess ? 1 : 0};
+  dpsResult_t r = agree(comm, x, 3);
+  if (r == dpsSuccess && local != dpsSuccess) r = dpsSetError(local, "%s", msg);
+  if (r == dpsSuccess && x[0] != -x[1])
+    r = dpsSetError(dpsInvalidUsage,
+                    "onesided: the ranks fixed different logits dtypes (this rank %s, others "
+                    "%s..%s); every rank must prepare or swap with the same dtype",
+                    dpsDataTypeName(comm->dtype), dpsDataTypeName((dpsDataType_t)x[0]),
+                    dpsDataTypeName((dpsDataType_t)-x[1]));
+  if (r == dpsSuccess && x[2] == 0)
+    r = dpsSetError(dpsSystemError,
+                    "onesided rank %d: preparing the swap window failed on another rank (see that "
+                    "rank's error); every rank fails",
+                    st->rank);
+  if (r != dpsSuccess) {
+    windowDestroy(comm, &st->b, 1); /* memory only: nothing was registered */
+    return r;
+  }
+  DPS_CHECK(windowRegister(comm, &st->b, "swap output"));
   st->esize = esize;
-  DPS_CHECK(windowCreate(comm, &st->b, bytesB, "swap output"));
   comm->swap_out = st->b.base;
   st->prepared = 1;
   dpsLog(DPS_LOG_INFO, "onesided rank %d: swap window %zu bytes (%s, LL staging %lld lines)",

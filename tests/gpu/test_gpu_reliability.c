@@ -39,7 +39,7 @@
  *                (memcmp, exact) with the precomputed expected image of the
  *                current set after it; wrong values are counted; replays/s
  *                printed. Both backends.
- * Usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|all]
+ * Usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|asym_prepare|all]
  *                             [nccl|onesided|all]          (default all all)
  * The device acceptance run of the issue:
  *   DPS_RELIABILITY_CYCLES=1000 DPS_SOAK_REPLAYS=100000 test_gpu_reliability
@@ -748,6 +748,53 @@ static int bodyAsymCreate(int rank, int tp, dpsBackend_t backend) {
   return 0;
 }
 
+/* ---- one rank out of memory at prepare ---------------------------------------------------- */
+#define AP_SWAP_BYTES ((int64_t)1 << 30) /* each rank's swap output: 1 GiB */
+#define AP_HEADROOM ((size_t)512 << 20)  /* rank 1 leaves this much free */
+
+static int bodyAsymPrepare(int rank, int tp, dpsBackend_t backend) {
+  const int pad = 2 * tp, n = 1;
+  /* swap output [pad/tp*N, V] bf16 = 2 * V * 2 bytes = 1 GiB */
+  const int64_t vocab = AP_SWAP_BYTES / 4 / tp * tp;
+  dpsConfig_t cfg = gtConfig(rank, tp, pad, n, vocab, dpsDtypeUnset, backend);
+  dpsComm_t comm;
+  int rc = gtCreate(&comm, &cfg);
+  if (rc) return rc;
+  void* hog = NULL;
+  if (rank == 1) { /* leave too little for the swap window here only */
+    size_t freeB = 0, total = 0;
+    GT_CUDA(cudaMemGetInfo(&freeB, &total));
+    FX_CHECK(freeB > AP_HEADROOM, "rank 1: only %zu bytes free", freeB);
+    GT_CUDA(cudaMalloc(&hog, freeB - AP_HEADROOM));
+  }
+  fxBarrier();
+  const double t0 = nowS();
+  const dpsResult_t r = dpsCommPrepare(comm, dpsBfloat16);
+  const double dt = nowS() - t0;
+  if (rank == 1) {
+    FX_CHECK(r != dpsSuccess, "rank 1: prepare succeeded with %zu MiB free", AP_HEADROOM >> 20);
+  } else if (backend == dpsBackendOnesided) {
+    /* the registration is collective: the healthy rank must fail too, not hang */
+    FX_CHECK(r == dpsSystemError && strstr(dpsGetLastError(), "failed on another rank"),
+             "rank %d: %s: %s", rank, dpsGetErrorString(r), dpsGetLastError());
+  } /* nccl: nothing collective at prepare; the healthy rank may succeed */
+  FX_CHECK(dt < 30.0, "rank %d: prepare took %.1f s", rank, dt);
+  if (hog) GT_CUDA(cudaFree(hog));
+  fxBarrier();
+  if (r != dpsSuccess) {
+    /* The memory is back: the failed prepare leaves the dtype unset and can
+     * be retried (onesided: every rank failed, so every rank retries). */
+    dpsCommInfo_t info;
+    FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+    FX_CHECK(info.logits_dtype == dpsDtypeUnset, "rank %d: dtype %s after a failed prepare", rank,
+             dpsDataTypeName(info.logits_dtype));
+    FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
+  }
+  fxBarrier();
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
 /* ---- driver ---------------------------------------------------------------------------- */
 typedef struct {
   const char* name;
@@ -758,6 +805,7 @@ int main(int argc, char** argv) {
   const relTest tests[] = {
       {"lifecycle", bodyLifecycle}, {"destroy_busy", bodyDestroyBusy}, {"kill", NULL},
       {"slow", bodySlow},           {"soak", bodySoak},          {"asym_create", bodyAsymCreate},
+      {"asym_prepare", bodyAsymPrepare},
   };
   const int ntests = (int)(sizeof tests / sizeof tests[0]);
   const char* only = argc > 1 ? argv[1] : NULL;
@@ -767,7 +815,7 @@ int main(int argc, char** argv) {
     for (int t = 0; t < ntests; ++t) found |= strcmp(only, tests[t].name) == 0;
     if (!found) {
       fprintf(stderr,
-              "usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|all] "
+              "usage: test_gpu_reliability [lifecycle|destroy_busy|kill|slow|soak|asym_create|asym_prepare|all] "
               "[nccl|onesided|all]\n");
       return 2;
     }
