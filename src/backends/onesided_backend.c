@@ -448,7 +448,10 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   int64_t vals[2 + DPS_OS_MAX_RANKS];
   vals[0] = sms;
   vals[1] = (int64_t)envLLBytes();
-  for (int r = 0; r < st->tp; ++r) vals[2 + r] = r == st->rank ? pciKey(comm->device) : INT64_MAX;
+  const cudaError_t before = cudaPeekAtLastError();
+  const int64_t myKey = pciKey(comm->device);
+  if (myKey < 0 && before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
+  for (int r = 0; r < st->tp; ++r) vals[2 + r] = r == st->rank ? myKey : INT64_MAX;
   DPS_CHECK(agree(comm, vals, 2 + st->tp));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
@@ -461,8 +464,14 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
            st->rank);
     proto = DPS_OS_PROTO_LL;
   }
+  const int64_t asked = proto;
   DPS_CHECK(agree(comm, &proto, 1));
   st->gproto = (int)proto;
+  if (asked != proto)
+    dpsLog(DPS_LOG_WARN,
+           "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 here, but another rank asked "
+           "for or could only verify ll: every rank uses ll",
+           st->rank);
   st->pdl = envPdl();
   if (st->pdl) {
     /* A kernel launched with PDL that was not compiled with the wait would
@@ -656,8 +665,10 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
   memset(&a, 0, sizeof a);
   a.op = DPS_OS_OP_GATHER_LOGPROBS;
   a.nseg = 1;
-  a.in[0] = (const uint32_t*)in;
-  a.out[0] = (uint32_t*)comm->logprobs_out;
+  /* one segment: the unused slots repeat it (count 0), so that the kernels'
+   * segment selects never form a pointer from NULL */
+  a.in[0] = a.in[1] = a.in[2] = (const uint32_t*)in;
+  a.out[0] = a.out[1] = a.out[2] = (uint32_t*)comm->logprobs_out;
   a.count[0] = reqs * st->n;
   return launchGather(st, &a, st->off_glp, st->cap_lp, stream);
 }
