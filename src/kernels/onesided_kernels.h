@@ -12,9 +12,10 @@
  * (dpsOsDevState.epoch[op]). Every block of a kernel reads it at start and
  * works on epoch+1; the last block to finish (atomic ticket) stores epoch+1,
  * so the next kernel of that operation on the stream sees the new value. The
- * gathers run a fixed grid and keep one counter per block instead (no ticket
- * on their latency path). No host-side epoch: CUDA graph replays advance them
- * like eager calls.
+ * gathers run a fixed grid and keep one counter per block instead, claimed
+ * with an atomic before the PDL wait (claimBlockEpoch): no ticket and no
+ * epoch read on their latency path. No host-side epoch: CUDA graph replays
+ * advance them like eager calls.
  */
 #ifndef DPS_ONESIDED_KERNELS_H_
 #define DPS_ONESIDED_KERNELS_H_
@@ -66,7 +67,8 @@ typedef struct {
   unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
   unsigned int pad_;
   unsigned long long err;                   /* first failure wins (atomicCAS) */
-  /* gathers: last completed epoch of block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b] */
+  /* gathers: epochs claimed by block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b]
+   * (claimBlockEpoch) */
   unsigned long long block_epoch[2][DPS_OS_GATHER_MAX_BLOCKS];
 } dpsOsDevState;
 
@@ -299,24 +301,33 @@ __device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
   return s_epoch;
 }
 
-/* Gathers: block b's own epoch (see DPS_OS_GATHER_MAX_BLOCKS), or 0 if the
- * communicator already failed. Block-uniform. */
-__device__ __forceinline__ u64 beginBlockEpoch(const dpsOsCommon& c, int op) {
+/* Gathers: claims block b's next epoch (see DPS_OS_GATHER_MAX_BLOCKS), or
+ * returns 0 if the communicator already failed. Block-uniform.
+ *
+ * Called BEFORE dpsPdlWait(), so that its latency hides behind the previous
+ * kernel's tail: the claim is an atomic increment at L2, and the kernel only
+ * lets its dependent launch (dpsPdlReleaseFromClaimer) after its thread 0
+ * has made its own claim, so a claim always follows the previous kernel's
+ * claim, even while that kernel still runs. Nothing else on the gather path
+ * may be read before the wait except kernel parameters. A stale `err` here
+ * costs nothing: the spin loops re-read it. */
+__device__ __forceinline__ u64 claimBlockEpoch(const dpsOsCommon& c, int op) {
   __shared__ u64 s_epoch;
   if (threadIdx.x == 0) {
-    const u64 err = ldVolatile(&c.state->err);
-    const u64 ep = ldVolatile(&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x]);
-    s_epoch = err != 0 ? 0ull : ep + 1ull;
+    u64 e = 0ull;
+    if (ldVolatile(&c.state->err) == 0ull)
+      e = atomicAdd(&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x], 1ull) + 1ull;
+    s_epoch = e;
   }
   __syncthreads();
   return s_epoch;
 }
 
-/* Gathers: after the block's last read of its epoch (callers pass a barrier
- * first), publish it for the next kernel of this op on the stream. */
-__device__ __forceinline__ void finishBlockEpoch(const dpsOsCommon& c, int op, u64 e) {
-  if (threadIdx.x == 0)
-    *(volatile u64*)&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x] = e;
+/* The trigger of a kernel that claimed with claimBlockEpoch(): issued by
+ * thread 0 alone (the first trigger of any thread counts for the whole
+ * block), after dpsPdlWait() and after its own claim. */
+__device__ __forceinline__ void dpsPdlReleaseFromClaimer() {
+  if (threadIdx.x == 0) dpsPdlRelease();
 }
 
 /* Kernel epilogue: the last block to finish publishes the epoch. */
