@@ -268,7 +268,7 @@ static int envGatherThreads(void) {
 }
 
 /* DPSAMPLING_ONESIDED_GATHER_PROTO: "ll" (default) or "ll128". On 2 x H200
- * LL128 measured about 0.6 us slower than LL for every gather up to
+ * LL128 measured 0.18-0.75 us slower than LL for every gather up to
  * pad_bs 512 x N 8 (README), hence opt-in. The ranks agree on the minimum,
  * so LL128 runs only if every rank asks for it and verifies NVLink. */
 static int envGatherProto(void) {
