@@ -528,17 +528,42 @@ static void padReasons(const Model* m, const char* op, int pad_bs, Reasons* rs) 
     addReason(rs, dpsInvalidArgument, "%s: pad_bs=%d", op, pad_bs);
 }
 
-/* Outcome of a call that passed the model's checks and reaches a backend op
- * (possibly after prepare): updates the model and the expected deltas. */
-static dpsResult_t reachOp(Model* m, dpsDataType_t fix_dtype, int* prepare, int* opcount) {
+/* The reasons both verify gathers share: pad_bs, the [reqs, n] shape of
+ * `what` ("" or "logprobs "), the async error. */
+static void verifyReasons(const Model* m, const char* op, const char* what, int pad_bs,
+                          int64_t reqs, int64_t n, Reasons* rs) {
+  if (!m->live) return;
+  padReasons(m, op, pad_bs, rs);
+  if (reqs != pad_bs / m->cfg.tp_size || n != m->cfg.num_tokens_per_req)
+    addReason(rs, dpsInvalidArgument, "%sis [%" PRId64 ", %" PRId64 "]", what, reqs, n);
+  healthReason(m, rs);
+}
+
+/* What an operation call must do, from the reasons found: its status, the
+ * model after it, and whether prepare (fixing fix_dtype) and the backend op
+ * run. `before` is the count snapshot the deltas are checked against. */
+typedef struct {
+  Counts before;
+  Model after;
+  dpsResult_t want;
+  int prepare, ops;
+} OpExpect;
+
+static OpExpect expectOp(const Model* m, const Reasons* rs, dpsDataType_t fix_dtype) {
+  OpExpect x = {counts(), *m, dpsSuccess, 0, 0};
+  if (rs->n != 0) return x;
   if (fix_dtype != dpsDtypeUnset && m->dtype == dpsDtypeUnset) {
-    *prepare = 1;
-    if (rec.fail_prepare != dpsSuccess) return rec.fail_prepare;
-    m->dtype = fix_dtype;
-    m->initialized = 1;
+    x.prepare = 1;
+    if (rec.fail_prepare != dpsSuccess) {
+      x.want = rec.fail_prepare;
+      return x;
+    }
+    x.after.dtype = fix_dtype;
+    x.after.initialized = 1;
   }
-  *opcount = 1;
-  return rec.fail_op;
+  x.ops = 1;
+  x.want = rec.fail_op;
+  return x;
 }
 
 static void opSwap(Rd* r, Model* m, dpsComm_t comm) {
@@ -583,21 +608,17 @@ static void opSwap(Rd* r, Model* m, dpsComm_t comm) {
   }
   rec.in = in, rec.stream = stream, rec.rows = rows, rec.cols = cols, rec.pad_bs = pad_bs;
   rec.dtype = (dpsDataType_t)dtype;
-  const Counts before = counts();
-  int prepare = 0, ops = 0;
-  dpsResult_t want = dpsSuccess;
-  Model after = *m;
-  if (rs.n == 0) want = reachOp(&after, (dpsDataType_t)dtype, &prepare, &ops);
+  const OpExpect x = expectOp(m, &rs, (dpsDataType_t)dtype);
 
   dpsClearError();
   dpsResult_t got = dpsSwapBatchVocab(comm, in, rows, cols, (dpsDataType_t)dtype, pad_bs, outp,
                                       stream);
-  if (expectOpOutcome("dpsSwapBatchVocab", got, want, &rs))
+  if (expectOpOutcome("dpsSwapBatchVocab", got, x.want, &rs))
     CHECK(strstr(lastError(), "fake") != NULL, "backend failure message lost");
-  expectDeltas("dpsSwapBatchVocab", before, prepare, ops, 0, 0);
+  expectDeltas("dpsSwapBatchVocab", x.before, x.prepare, x.ops, 0, 0);
   if (got == dpsSuccess) CHECK(out == swap_buf, "swap output %p is not the persistent buffer", out);
   else CHECK(out == SENTINEL, "swap wrote *output on failure");
-  *m = after;
+  *m = x.after;
   rec.fail_prepare = rec.fail_op = dpsSuccess;
 }
 
@@ -642,32 +663,23 @@ static void opGatherOutputs(Rd* r, Model* m, dpsComm_t comm) {
   if (!pop) addReason(&rs, dpsInvalidArgument, "predict_out is NULL");
   if (!aiop) addReason(&rs, dpsInvalidArgument, "accept_index_out is NULL");
   if (!alop) addReason(&rs, dpsInvalidArgument, "accept_length_out is NULL");
-  if (m->live) {
-    padReasons(m, "gather_verify_outputs", pad_bs, &rs);
-    if (reqs != pad_bs / m->cfg.tp_size || n != m->cfg.num_tokens_per_req)
-      addReason(&rs, dpsInvalidArgument, "is [%" PRId64 ", %" PRId64 "]", reqs, n);
-    healthReason(m, &rs);
-  }
+  verifyReasons(m, "gather_verify_outputs", "", pad_bs, reqs, n, &rs);
   rec.p = p, rec.ai = ai, rec.al = al, rec.stream = stream;
   rec.reqs = reqs, rec.n = n, rec.pad_bs = pad_bs;
-  const Counts before = counts();
-  int prepare = 0, ops = 0;
-  dpsResult_t want = dpsSuccess;
-  Model after = *m;
-  if (rs.n == 0) want = reachOp(&after, dpsDtypeUnset, &prepare, &ops);
+  const OpExpect x = expectOp(m, &rs, dpsDtypeUnset);
 
   dpsClearError();
   dpsResult_t got =
       dpsGatherVerifyOutputs(comm, p, ai, al, reqs, n, pad_bs, pop, aiop, alop, stream);
-  expectOpOutcome("dpsGatherVerifyOutputs", got, want, &rs);
-  expectDeltas("dpsGatherVerifyOutputs", before, prepare, 0, ops, 0);
+  expectOpOutcome("dpsGatherVerifyOutputs", got, x.want, &rs);
+  expectDeltas("dpsGatherVerifyOutputs", x.before, x.prepare, 0, x.ops, 0);
   if (got == dpsSuccess)
     CHECK(po == (int32_t*)p_buf && aio == (int32_t*)ai_buf && alo == (int32_t*)al_buf,
           "verify outputs are not the persistent buffers");
   else
     CHECK(po == SENTINEL && aio == SENTINEL && alo == SENTINEL,
           "gather_verify_outputs wrote an output on failure");
-  *m = after;
+  *m = x.after;
   rec.fail_op = dpsSuccess;
 }
 
@@ -686,26 +698,17 @@ static void opGatherLogprobs(Rd* r, Model* m, dpsComm_t comm) {
   if (!m->live) addReason(&rs, dpsInvalidArgument, "comm is NULL");
   if (!in) addReason(&rs, dpsInvalidArgument, "logprobs is NULL");
   if (!outp) addReason(&rs, dpsInvalidArgument, "output is NULL");
-  if (m->live) {
-    padReasons(m, "gather_verify_logprobs", pad_bs, &rs);
-    if (reqs != pad_bs / m->cfg.tp_size || n != m->cfg.num_tokens_per_req)
-      addReason(&rs, dpsInvalidArgument, "logprobs is [%" PRId64 ", %" PRId64 "]", reqs, n);
-    healthReason(m, &rs);
-  }
+  verifyReasons(m, "gather_verify_logprobs", "logprobs ", pad_bs, reqs, n, &rs);
   rec.in = in, rec.stream = stream, rec.reqs = reqs, rec.n = n, rec.pad_bs = pad_bs;
-  const Counts before = counts();
-  int prepare = 0, ops = 0;
-  dpsResult_t want = dpsSuccess;
-  Model after = *m;
-  if (rs.n == 0) want = reachOp(&after, dpsDtypeUnset, &prepare, &ops);
+  const OpExpect x = expectOp(m, &rs, dpsDtypeUnset);
 
   dpsClearError();
   dpsResult_t got = dpsGatherVerifyLogprobs(comm, in, reqs, n, pad_bs, outp, stream);
-  expectOpOutcome("dpsGatherVerifyLogprobs", got, want, &rs);
-  expectDeltas("dpsGatherVerifyLogprobs", before, prepare, 0, 0, ops);
+  expectOpOutcome("dpsGatherVerifyLogprobs", got, x.want, &rs);
+  expectDeltas("dpsGatherVerifyLogprobs", x.before, x.prepare, 0, 0, x.ops);
   if (got == dpsSuccess) CHECK(out == (float*)lp_buf, "logprobs output is not the persistent buffer");
   else CHECK(out == SENTINEL, "gather_verify_logprobs wrote *output on failure");
-  *m = after;
+  *m = x.after;
   rec.fail_op = dpsSuccess;
 }
 
