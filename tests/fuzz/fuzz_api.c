@@ -631,8 +631,9 @@ static void verifyShape(Rd* r, const Model* m, int guided, int* pad_bs, int64_t*
     const int tp = m->cfg.tp_size;
     *pad_bs = addClampInt((int64_t)tp * (1 + (int64_t)(u32(r) % (uint32_t)(m->cfg.max_pad_bs / tp))),
                           (b & 1) ? (int)(b >> 4) - 8 : 0);
-    *reqs = *pad_bs / tp + ((b & 2) ? (int)((b >> 2) & 3) - 2 : 0);
-    *n = m->cfg.num_tokens_per_req + ((b & 4) ? (b & 8 ? -1 : 1) : 0);
+    /* 64-bit sums: pad_bs/tp and N may both be INT_MAX on a valid config. */
+    *reqs = (int64_t)(*pad_bs / tp) + ((b & 2) ? (int)((b >> 2) & 3) - 2 : 0);
+    *n = (int64_t)m->cfg.num_tokens_per_req + ((b & 4) ? (b & 8 ? -1 : 1) : 0);
   } else {
     *pad_bs = fInt(r);
     *reqs = fI64(r);

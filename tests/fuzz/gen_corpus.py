@@ -151,6 +151,13 @@ SEEDS = {
     bootstrap() + create() + swap(),
     "raw_max": resolve() + raw_config(2**31 - 1, 2**31 - 2, 2**31 - 1, 2**31 - 1,
                                       2**63 - 1, 1, 2, 0, 2**31 - 1) + bootstrap() + create(),
+    # valid configs at the int limits: N = INT_MAX (N+1 must not overflow in the harness),
+    # max_pad_bs = INT_MAX at tp=1 (pad_bs/tp + 1 likewise); the gathers nudge both upward
+    "raw_n_max_gather": resolve() + raw_config(1, 0, 1, 2**31 - 1, 1, 1, 1, -1, 0) +
+    bootstrap() + create() + gather(wiggle=0x04) + logprobs(wiggle=0x04) + gather(),
+    "raw_pad_max_gather": resolve() + raw_config(1, 0, 2**31 - 1, 1, 1, 1, 1, -1, 0) +
+    bootstrap() + create() + gather(k=2**31 - 2, wiggle=0x0e) +
+    logprobs(k=2**31 - 2, wiggle=0x0f) + swap(k=2**31 - 2, wiggle=0x01),
     # environment overrides
     "env_disagree": resolve(e1=NCCL, e2=ONESIDED, requested=0) + config() + bootstrap() + create(),
     "env_bogus": resolve(e1=("str", b"NCCL "), e2=EMPTY, requested=2, avail=0,
