@@ -20,7 +20,7 @@
  *    call fails its argument checks.
  *  - Threading: a communicator may be used by one host thread at a time,
  *    except dpsCommGetAsyncError, which a watchdog thread may call at any
- *    time before dpsCommDestroy. Different communicators are independent.
+ *    time before dpsCommRelease. Different communicators are independent.
  *    dpsGetLastError() is per thread.
  *  - Devices: each communicator is bound to one CUDA device (the config's
  *    cuda_device). Calls switch to that device for their duration and restore
@@ -44,7 +44,7 @@
  *  - Outputs are persistent device buffers owned by the communicator, sized
  *    for max_pad_bs at initialization: every call returns the same pointers,
  *    and the contents stay valid until the next call of the same operation
- *    on this communicator (or dpsCommDestroy).
+ *    on this communicator (or dpsCommRelease).
  *
  * The header needs neither C++ nor the CUDA or NCCL headers: streams are
  * passed as cudaStream_t (struct CUstream_st *), NCCL communicators as
@@ -210,18 +210,51 @@ dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
 /* Like dpsCommInitRank over an NCCL communicator the caller owns. It must
  * span exactly the group (ncclCommCount == tp_size, ncclCommUserRank ==
  * rank) on cuda_device. The communicator is borrowed: dpsampling never
- * destroys it; the caller keeps it alive until after dpsCommDestroy. The
+ * destroys it; the caller keeps it alive until after dpsCommClose. The
  * onesided backend registers a symmetric window on it (collective). */
 dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
                                 const dpsConfig_t* config);
 
-/* Waits for all device work queued on the communicator's device, then frees
- * every buffer (and the NCCL communicator if the library created it). All
- * ranks should destroy together: the onesided backend deregisters a symmetric
- * window, which is collective. After a dpsTimeout that deregistration is
- * skipped (the peer may be gone): the window is then released with its NCCL
- * communicator, aborted here if the library created it, else when the caller
- * destroys or aborts the borrowed one. NULL is a no-op. */
+/* Teardown comes in two steps, so that an engine can close a communicator
+ * at one collective point while tensors still alias its outputs:
+ *
+ * dpsCommClose: the collective step; call it on every rank together, outside
+ *   any CUDA-graph capture of this communicator's operations. It waits for
+ *   the communicator's own queued work (the work of its operations that were
+ *   not captured; never a device-wide synchronize) for at most twice the
+ *   timeout, then, onesided: the ranks exchange their health with a timed
+ *   kernel, and only if every rank is healthy they deregister the symmetric
+ *   windows (collective), else every rank skips that step alike; a
+ *   library-owned NCCL communicator is destroyed (aborted after a failure).
+ *   A dead peer makes close take about one timeout, never hang. Afterwards
+ *   every operation fails with dpsInvalidUsage; queries still work, and the
+ *   output buffers stay valid and keep their contents until dpsCommRelease.
+ *   Refused with dpsInvalidUsage, changing nothing, while a stream that
+ *   captured one of its operations is still capturing (end or abandon the
+ *   capture first; such a stream must not be destroyed before the capture
+ *   ends or a later uncaptured operation ran on it). A second close is a
+ *   no-op. It returns dpsSuccess also when it found the group failed (the
+ *   failure stays readable with dpsCommGetAsyncError); graph replays that
+ *   contain its operations must have finished before it and must not be
+ *   launched after it.
+ * dpsCommRelease: local, makes no CUDA or NCCL call, so it is safe anywhere,
+ *   a CUDA-graph capture on any stream and a DLPack deleter included: the
+ *   communicator goes onto a process-wide list and is freed at the next safe
+ *   point (dpsReleasePending, which creation, dpsCommClose and
+ *   dpsCommDestroy also run), once its own work has finished. The handle is
+ *   invalid afterwards. Releasing a communicator that was never closed
+ *   skips the collective step (windows are not deregistered: NCCL releases
+ *   them with its communicator) and aborts a library-owned NCCL communicator.
+ * dpsReleasePending: frees every released communicator whose work has
+ *   finished; makes only calls that leave a capture on another stream intact
+ *   (not on the calling thread's own capturing stream: call it outside
+ *   capture). *still_pending (may be NULL) gets how many wait for their work.
+ * dpsCommDestroy = dpsCommClose + dpsCommRelease + dpsReleasePending: the
+ *   one call for C engines that hold no views of the outputs. NULL is a
+ *   no-op; a refused close releases nothing. */
+dpsResult_t dpsCommClose(dpsComm_t comm);
+dpsResult_t dpsCommRelease(dpsComm_t comm);
+dpsResult_t dpsReleasePending(int* still_pending);
 dpsResult_t dpsCommDestroy(dpsComm_t comm);
 
 /* ------------------------------------------------------------------------- */
@@ -247,7 +280,7 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
  * that passes its argument checks with the same status; destroy it and
  * create a new one. Unlike the other calls, this one may run on another
  * thread (a watchdog) while an operation runs on the communicator, but not
- * concurrently with dpsCommDestroy. */
+ * concurrently with dpsCommClose or dpsCommRelease. */
 dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* ------------------------------------------------------------------------- */

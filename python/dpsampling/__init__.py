@@ -34,6 +34,7 @@ __all__ = [
     "resolve_backend",
     "onesided_available",
     "destroy_group_communicators",
+    "release_pending",
     "build_info",
 ]
 
@@ -279,14 +280,37 @@ def _group_nccl(group=None):
 
 
 def destroy_group_communicators():
-    """Drop the cached per-group NCCL communicators (and the free function's
-    communicators). Collective in effect: call it on every rank together.
-    Communicators still alive keep their NCCL communicator until they go."""
+    """Close the free function's communicators and destroy the cached
+    per-group NCCL communicators. Collective: call it on every rank together,
+    after every DpSamplingComm on those groups was closed (RuntimeError
+    otherwise, naming how many are open; nothing is destroyed then). Tensors
+    returned earlier stay valid: they keep their buffers, not the NCCL
+    communicator. This is the only place those NCCL communicators are
+    destroyed: never from a finalizer or a tensor's deleter."""
     with _lock:
         for comm in list(_free_comms.values()):
             comm.close()
         _free_comms.clear()
+        open_groups = {grp: g.open_users() for grp, g in _groups.items() if g.open_users()}
+        if open_groups:
+            raise RuntimeError(
+                "destroy_group_communicators: DpSamplingComm(s) still open on "
+                + ", ".join(f"group={grp} ({n})" for grp, n in open_groups.items())
+                + "; close() them first (nothing was destroyed)"
+            )
+        for g in _groups.values():
+            g.destroy()
         _groups.clear()
+    _C.release_pending()
+
+
+def release_pending():
+    """Free the buffers of every communicator that was closed (or collected)
+    and whose last tensor is gone, once its own work has finished. The
+    library also does this at every creation and close(); call it outside
+    CUDA-graph capture on this thread. Returns how many still wait for their
+    work."""
+    return _C.release_pending()
 
 
 _C._set_group_registry(_groups, _group_nccl)

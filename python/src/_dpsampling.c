@@ -196,37 +196,30 @@ static void err_give(PyObject* e) { /* steals e */
 /* ------------------------------------------------------------------------- */
 /* Refcounted C objects                                                       */
 
-/* Teardown without the GIL. dpsCommDestroy synchronizes the device and may
- * deregister a window collectively, and ncclCommDestroy may wait for peers:
- * when one process drives several ranks from threads, a rank's thread that
- * held the GIL there would keep the other ranks' threads from reaching the
- * same collective. A release comes with the GIL (close, dealloc, a DLPack
- * deleter called by torch) or without it (a deleter called by a consumer on
- * a thread of its own), so look which; nothing in between may touch a Python
- * object. gil_drop() returns the thread state to give back to gil_take(), or
- * NULL when this thread did not hold the GIL. */
-static PyThreadState* gil_drop(void) { return PyGILState_Check() ? PyEval_SaveThread() : NULL; }
-
-static void gil_take(PyThreadState* ts) {
-  if (ts != NULL) PyEval_RestoreThread(ts);
-}
-
+/* Teardown. The collective step (dpsCommClose, ncclCommDestroy of a group's
+ * communicator) runs only from an explicit call: close() and
+ * destroy_group_communicators(). It runs without the GIL, since when one
+ * process drives several ranks from threads, a rank's thread that held the
+ * GIL there would keep the other ranks' threads from reaching the same
+ * collective. The last release of a handle (close, dealloc, or a DLPack
+ * deleter, with or without the GIL, possibly while some stream captures a
+ * CUDA graph) only calls dpsCommRelease, which makes no CUDA or NCCL call:
+ * the frees wait for the library's next safe point. */
 typedef struct {
   long refs;
-  ncclComm_t comm;
+  ncclComm_t comm;      /* NULL once destroyed (NcclGroup.destroy) */
   int device, nranks, rank;
+  long open_users;      /* communicators created on it and not closed */
 } SharedNccl;
 
 static void shared_nccl_retain(SharedNccl* s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
 
+/* Never destroys the NCCL communicator (that is collective: NcclGroup.destroy,
+ * called by destroy_group_communicators); a group dropped without it keeps
+ * its communicator until the process exits. */
 static void shared_nccl_release(SharedNccl* s) {
   if (s == NULL) return;
   if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  if (!shutting_down() && s->comm != NULL) {
-    PyThreadState* ts = gil_drop();
-    ncclCommDestroy(s->comm);
-    gil_take(ts);
-  }
   free(s);
 }
 
@@ -234,23 +227,33 @@ typedef struct {
   long refs;
   dpsComm_t comm;
   SharedNccl* nccl;
+  int open; /* counted in nccl->open_users */
 } Handle;
 
 static void handle_retain(Handle* h) { __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED); }
 
-/* Dropping the last reference destroys the communicator, without the GIL
- * (gil_drop). Every holder other than the Comm object's own reference is a
- * DLPack tensor or a call in progress (comm_enter), so close() never destroys
- * under a running call. */
+static void gil_take(PyThreadState* ts) {
+  if (ts != NULL) PyEval_RestoreThread(ts);
+}
+
+/* The communicator is no longer usable through this handle (closed, or its
+ * Comm object is gone): the group may be destroyed as far as it goes. */
+static void handle_unuse(Handle* h) {
+  if (h != NULL && h->open) {
+    h->open = 0;
+    __atomic_sub_fetch(&h->nccl->open_users, 1, __ATOMIC_ACQ_REL);
+  }
+}
+
+/* Every holder other than the Comm object's own reference is a DLPack tensor
+ * or a call in progress (comm_enter). The last one queues the communicator
+ * for release: no CUDA or NCCL call, safe inside any capture and on any
+ * thread. */
 static void handle_release(Handle* h) {
   if (h == NULL) return;
   if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  if (!shutting_down()) {
-    PyThreadState* ts = gil_drop();
-    (void)dpsCommDestroy(h->comm); /* before the NCCL communicator it borrows */
-    shared_nccl_release(h->nccl);  /* the GIL is already dropped here */
-    gil_take(ts);
-  }
+  (void)dpsCommRelease(h->comm);
+  shared_nccl_release(h->nccl);
   free(h);
 }
 
@@ -590,6 +593,45 @@ static int ncclgroup_init(NcclGroupObject* self, PyObject* args, PyObject* kw) {
   return 0;
 }
 
+/* Collective (every rank together): destroys the group's NCCL
+ * communicator. Refused while a communicator created on it is open. */
+static PyObject* ncclgroup_destroy(NcclGroupObject* self, PyObject* unused) {
+  (void)unused;
+  SharedNccl* s = self->s;
+  if (s == NULL || s->comm == NULL) Py_RETURN_NONE;
+  const long users = __atomic_load_n(&s->open_users, __ATOMIC_ACQUIRE);
+  if (users > 0) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "destroy_group_communicators: %ld DpSamplingComm(s) on group (rank %d of %d) "
+                 "are still open; close() them first (nothing was destroyed)",
+                 users, s->rank, s->nranks);
+    return NULL;
+  }
+  ncclComm_t c = s->comm;
+  s->comm = NULL;
+  Py_BEGIN_ALLOW_THREADS;
+  DevGuard g;
+  if (dev_enter(&g, s->device) == cudaSuccess) {
+    ncclCommDestroy(c);
+    dev_leave(&g);
+  }
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
+static PyObject* ncclgroup_open_users(NcclGroupObject* self, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLong(self->s ? __atomic_load_n(&self->s->open_users, __ATOMIC_ACQUIRE) : 0);
+}
+
+static PyMethodDef ncclgroup_methods[] = {
+    {"destroy", (PyCFunction)ncclgroup_destroy, METH_NOARGS,
+     "destroy($self, /)\n--\n\nDestroy the group's NCCL communicator (collective); refused while "
+     "a communicator on it is open."},
+    {"open_users", (PyCFunction)ncclgroup_open_users, METH_NOARGS,
+     "open_users($self, /)\n--\n\nHow many communicators on this group are not closed."},
+    {NULL, NULL, 0, NULL}};
+
 static void ncclgroup_dealloc(NcclGroupObject* self) {
   shared_nccl_release(self->s);
   self->s = NULL;
@@ -624,13 +666,15 @@ static PyTypeObject NcclGroupType = {
     .tp_init = (initproc)ncclgroup_init,
     .tp_dealloc = (destructor)ncclgroup_dealloc,
     .tp_getset = ncclgroup_getset,
+    .tp_methods = ncclgroup_methods,
 };
 
 /* The group's NcclGroup: the registry first, then the Python resolver. */
 static NcclGroupObject* lookup_group(PyObject* group) {
   if (g_registry != NULL && group != Py_None && PyTuple_CheckExact(group)) {
     PyObject* item = PyDict_GetItemWithError(g_registry, group);
-    if (item != NULL && Py_IS_TYPE(item, &NcclGroupType) && ((NcclGroupObject*)item)->s != NULL) {
+    if (item != NULL && Py_IS_TYPE(item, &NcclGroupType) && ((NcclGroupObject*)item)->s != NULL &&
+        ((NcclGroupObject*)item)->s->comm != NULL) {
       Py_INCREF(item);
       return (NcclGroupObject*)item;
     }
@@ -642,7 +686,8 @@ static NcclGroupObject* lookup_group(PyObject* group) {
   }
   PyObject* r = PyObject_CallOneArg(g_resolver, group);
   if (r == NULL) return NULL;
-  if (!Py_IS_TYPE(r, &NcclGroupType) || ((NcclGroupObject*)r)->s == NULL) {
+  if (!Py_IS_TYPE(r, &NcclGroupType) || ((NcclGroupObject*)r)->s == NULL ||
+      ((NcclGroupObject*)r)->s->comm == NULL) {
     Py_DECREF(r);
     PyErr_SetString(PyExc_RuntimeError, "dpsampling: the group resolver did not return an NcclGroup");
     return NULL;
@@ -813,9 +858,25 @@ static int comm_clear(CommObject* self) {
   return 0;
 }
 
+/* Garbage-collected without close(): warn; the release stays local (no
+ * collective step from a finalizer: the other ranks are not here). */
+static void comm_finalize(CommObject* self) {
+  if (self->h == NULL || !self->h->open || shutting_down()) return;
+  PyObject* pending = err_take();
+  if (PyErr_WarnFormat(PyExc_ResourceWarning, 1,
+                       "DpSamplingComm (rank %d of %d) was garbage-collected without close(): "
+                       "its collective teardown was skipped on this rank; call close() on every "
+                       "rank together",
+                       self->info.rank, self->info.tp_size) < 0)
+    PyErr_WriteUnraisable((PyObject*)self);
+  if (pending != NULL) err_give(pending);
+}
+
 static void comm_dealloc(CommObject* self) {
   /* busy is NULL here: a call in progress holds a reference to self. */
+  if (PyObject_CallFinalizerFromDealloc((PyObject*)self) < 0) return; /* resurrected */
   PyObject_GC_UnTrack(self);
+  handle_unuse(self->h);
   comm_release(self);
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
@@ -962,6 +1023,8 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   h->refs = 1;
   h->comm = comm;
   h->nccl = s;
+  h->open = 1;
+  __atomic_add_fetch(&s->open_users, 1, __ATOMIC_ACQ_REL);
   self->h = h;
   self->device = device;
   self->tp = tp;
@@ -1263,10 +1326,34 @@ static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
   return ret;
 }
 
+/* The collective teardown point (dpsCommClose), then the local release;
+ * tensors that alias the outputs keep them valid until they go. Refused
+ * while torch's current stream captures (changing nothing). */
 static PyObject* comm_close(CommObject* self, PyObject* unused) {
   (void)unused;
   if (self->busy != NULL) return busy_error(self, "close()");
-  comm_release(self); /* destroys without the GIL when the last reference goes */
+  if (self->h == NULL) Py_RETURN_NONE; /* closed already */
+  Handle* h = self->h;
+  if (torch_load() != 0) return NULL;
+  void* stream = NULL;
+  if (current_stream(self->device, &stream) != 0) return NULL;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &cs) == cudaSuccess &&
+      cs != cudaStreamCaptureStatusNone) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "DpSamplingComm.close(): the current stream (%p) is capturing a CUDA graph; "
+                 "close outside the capture (nothing was changed)",
+                 stream);
+    return NULL;
+  }
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsCommClose(h->comm);
+  Py_END_ALLOW_THREADS;
+  if (r != dpsSuccess) return raise_dps(r); /* refused: nothing changed */
+  handle_unuse(h);
+  comm_release(self); /* the handle lives on while tensors alias its buffers */
+  (void)dpsReleasePending(NULL);
   Py_RETURN_NONE;
 }
 
@@ -1378,7 +1465,8 @@ static PyMethodDef comm_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "prepare_verify_outputs(dtype): fix the logits dtype if unset (collective)"},
     {"close", (PyCFunction)comm_close, METH_NOARGS,
-     "release the communicator (buffers live on while returned tensors do)"},
+     "close($self, /)\n--\n\nThe collective teardown: call it on every rank together, outside "
+     "CUDA graph capture. Later calls raise; tensors returned earlier stay valid until they go."},
     {"async_error", (PyCFunction)comm_async_error, METH_NOARGS,
      "None, or a description of the asynchronous error (e.g. a one-sided timeout)"},
     {NULL, NULL, 0, NULL}};
@@ -1390,6 +1478,7 @@ static PyTypeObject CommType = {
     .tp_doc = "Base of DpSamplingComm: one dpsComm_t.",
     .tp_new = PyType_GenericNew,
     .tp_dealloc = (destructor)comm_dealloc,
+    .tp_finalize = (destructor)comm_finalize,
     .tp_traverse = (traverseproc)comm_traverse,
     .tp_clear = (inquiry)comm_clear,
     .tp_methods = comm_methods,
@@ -1671,7 +1760,20 @@ static PyObject* m_shutdown(PyObject* m, PyObject* unused) {
   (void)m;
   (void)unused;
   __atomic_store_n(&g_shutdown, 1, __ATOMIC_RELEASE);
+  (void)dpsReleasePending(NULL);
   Py_RETURN_NONE;
+}
+
+static PyObject* m_release_pending(PyObject* m, PyObject* unused) {
+  (void)m;
+  (void)unused;
+  int left = 0;
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsReleasePending(&left);
+  Py_END_ALLOW_THREADS;
+  if (r != dpsSuccess) return raise_dps(r);
+  return PyLong_FromLong(left);
 }
 
 static PyObject* m_set_group_registry(PyObject* m, PyObject* args) {
@@ -1715,7 +1817,11 @@ static PyMethodDef module_methods[] = {
     {"last_error", m_last_error, METH_NOARGS, "dpsGetLastError()"},
     {"_test_host_capsule", m_test_host_capsule, METH_VARARGS, NULL},
     {"_test_host_deleted", m_test_host_deleted, METH_NOARGS, NULL},
-    {"_shutdown", m_shutdown, METH_NOARGS, "stop destroying communicators (interpreter exit)"},
+    {"_shutdown", m_shutdown, METH_NOARGS, "interpreter exit: free what is released, warn no more"},
+    {"release_pending", m_release_pending, METH_NOARGS,
+     "release_pending($module, /)\n--\n\nFree the buffers of every released communicator whose "
+     "work has finished (dpsReleasePending); returns how many still wait. Call it outside CUDA "
+     "graph capture on this thread."},
     {"_set_group_registry", m_set_group_registry, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 

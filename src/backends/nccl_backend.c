@@ -17,25 +17,11 @@ typedef struct {
   size_t swap_out_bytes;
 } dpsNcclState;
 
-static dpsResult_t nbAlloc(void** p, size_t bytes, const char* what) {
-  cudaError_t e;
-  *p = NULL;
-  if (bytes == 0) bytes = 16;
-  e = cudaMalloc(p, bytes);
-  if (e != cudaSuccess) {
-    *p = NULL;
-    (void)cudaGetLastError();
-    return dpsSetError(e == cudaErrorMemoryAllocation ? dpsSystemError : dpsCudaError,
-                       "nccl backend: cudaMalloc of %s (%zu bytes) failed: %s", what, bytes,
-                       cudaGetErrorString(e));
-  }
-  return dpsSuccess;
+static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
+  return dpsDeviceAlloc(comm, p, bytes, what);
 }
 
-static void nbFree(void** p) {
-  if (*p != NULL) (void)cudaFree(*p);
-  *p = NULL;
-}
+static void nbFree(dpsComm_t comm, void** p) { dpsDeviceFree(comm, p); }
 
 /* Byte count a*b*c*d, or 0 with an error set on overflow. */
 static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const char* what,
@@ -50,15 +36,15 @@ static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const
 
 static void nbDestroy(dpsComm_t comm) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  nbFree((void**)&comm->predict_out);
-  nbFree((void**)&comm->accept_index_out);
-  nbFree((void**)&comm->accept_length_out);
-  nbFree((void**)&comm->logprobs_out);
-  nbFree(&comm->swap_out);
+  nbFree(comm, (void**)&comm->predict_out);
+  nbFree(comm, (void**)&comm->accept_index_out);
+  nbFree(comm, (void**)&comm->accept_length_out);
+  nbFree(comm, (void**)&comm->logprobs_out);
+  nbFree(comm, &comm->swap_out);
   if (st != NULL) {
-    nbFree((void**)&st->pack_send);
-    nbFree((void**)&st->pack_recv);
-    nbFree(&st->staging);
+    nbFree(comm, (void**)&st->pack_send);
+    nbFree(comm, (void**)&st->pack_recv);
+    nbFree(comm, &st->staging);
     free(st);
   }
   comm->backend_state = NULL;
@@ -83,13 +69,13 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   if (st == NULL) return dpsSetError(dpsSystemError, "nccl backend: out of host memory");
   comm->backend_state = st;
 
-  if ((r = nbAlloc((void**)&comm->predict_out, b_out, "predict_out")) != dpsSuccess ||
-      (r = nbAlloc((void**)&comm->accept_index_out, b_out, "accept_index_out")) != dpsSuccess ||
-      (r = nbAlloc((void**)&comm->accept_length_out, b_len, "accept_length_out")) !=
+  if ((r = nbAlloc(comm, (void**)&comm->predict_out, b_out, "predict_out")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&comm->accept_index_out, b_out, "accept_index_out")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&comm->accept_length_out, b_len, "accept_length_out")) !=
           dpsSuccess ||
-      (r = nbAlloc((void**)&comm->logprobs_out, b_out, "logprobs_out")) != dpsSuccess ||
-      (r = nbAlloc((void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
-      (r = nbAlloc((void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
+      (r = nbAlloc(comm, (void**)&comm->logprobs_out, b_out, "logprobs_out")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
     nbDestroy(comm);
     return r;
   }
@@ -116,9 +102,9 @@ static dpsResult_t nbPrepare(dpsComm_t comm) {
   /* tp chunks of [rows_max, V/tp]: the same byte count as the output. */
   DPS_CHECK(bytesOf(rows_max, vocab / (uint64_t)tp, esize, (uint64_t)tp, "swap staging",
                     &b_stage));
-  if ((r = nbAlloc(&comm->swap_out, b_out, "swap output")) != dpsSuccess) return r;
-  if ((r = nbAlloc(&st->staging, b_stage, "swap staging")) != dpsSuccess) {
-    nbFree(&comm->swap_out);
+  if ((r = nbAlloc(comm, &comm->swap_out, b_out, "swap output")) != dpsSuccess) return r;
+  if ((r = nbAlloc(comm, &st->staging, b_stage, "swap staging")) != dpsSuccess) {
+    nbFree(comm, &comm->swap_out);
     return r;
   }
   st->swap_out_bytes = b_out;
@@ -247,6 +233,14 @@ static dpsResult_t nbPreload(void) {
 }
 
 const dpsBackendOps dpsNcclBackendOps = {
-    "nccl",          nbInit,           nbPrepare,    nbSwap,    nbGatherOutputs,
-    nbGatherLogprobs, nbAsyncError,    nbDestroy,    nbPreload,
+    .name = "nccl",
+    .init = nbInit,
+    .prepare = nbPrepare,
+    .swap = nbSwap,
+    .gather_outputs = nbGatherOutputs,
+    .gather_logprobs = nbGatherLogprobs,
+    .async_error = nbAsyncError,
+    .destroy = nbDestroy,
+    .preload = nbPreload,
+    .close = NULL, /* nothing collective beyond the NCCL communicator (the core's) */
 };

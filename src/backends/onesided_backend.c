@@ -25,9 +25,10 @@
  * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
  * must be co-resident) and the LL threshold of the swap
  * (DPSAMPLING_ONESIDED_LL_BYTES: per-peer chunk bytes up to which the swap
- * uses the LL path; default 256 KiB; 0 = always the direct path), and the
- * gathers' protocol: LL, or LL128 on request where every rank reaches every
- * peer over NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO).
+ * uses the LL path; default 256 KiB; 0 = always the direct path), the
+ * gathers' block size (DPSAMPLING_ONESIDED_GATHER_THREADS) and the gathers'
+ * protocol: LL, or LL128 on request where every rank reaches every peer over
+ * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -70,7 +71,9 @@ typedef struct {
   size_t esize;
   int prepared;
 
-  void* outputs; /* verify outputs, one allocation */
+  void* outputs; /* verify outputs + the close exchange's words, one allocation */
+  uint32_t* close_in;  /* this rank's health word (0 = healthy) */
+  uint32_t* close_out; /* [tp] every rank's health word, after the close exchange */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -163,25 +166,23 @@ static dpsResult_t windowRegister(dpsComm_t comm, OsWindow* w, const char* what)
   return dpsSuccess;
 }
 
-static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
-  if (w->win) {
-    /* After a failure a peer may be gone: leave the registration to NCCL's
-     * communicator teardown rather than risk waiting for that peer here
-     * (whether deregistration waits for peers is NCCL's business; the
-     * sources of 2.28 suggest it is local, which a device test should
-     * confirm). Our allocation is still freed below, but the registration
-     * keeps its own reference to the physical memory until the NCCL
-     * communicator is destroyed or aborted: at once when this library owns
-     * it (dpsCommInitRank), else when the application tears down the
-     * communicator it lent (dpsCommInitFromNccl). */
-    if (!failed) {
-      ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
-      if (nr != ncclSuccess)
-        dpsLog(DPS_LOG_WARN, "onesided: ncclCommWindowDeregister failed: %s",
-               ncclGetErrorString(nr));
-    }
-    w->win = NULL;
-  }
+/* Collective: every rank deregisters the same windows in the same order. */
+static void windowDeregister(dpsComm_t comm, OsWindow* w) {
+  if (w->win == NULL) return;
+  ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
+  if (nr != ncclSuccess)
+    dpsLog(DPS_LOG_WARN, "onesided: ncclCommWindowDeregister failed: %s", ncclGetErrorString(nr));
+  w->win = NULL;
+}
+
+/* Local. A window still registered here (the group failed, or the
+ * communicator was released without dpsCommClose) keeps its registration:
+ * deregistering is collective and a peer may be gone. The registration
+ * holds its own reference to the physical memory until the NCCL
+ * communicator is destroyed or aborted (at close or release when this
+ * library owns it, else when the application tears down the one it lent). */
+static void windowFree(OsWindow* w) {
+  w->win = NULL;
   if (w->base) {
     ncclResult_t nr = ncclMemFree(w->base);
     if (nr != ncclSuccess)
@@ -190,36 +191,96 @@ static void windowDestroy(dpsComm_t comm, OsWindow* w, int failed) {
   }
 }
 
-/* Whether a peer marked itself failed in our fail area (read after the
- * core's device synchronisation; an unreadable area counts as failed). */
+/* Whether a peer marked itself failed in our fail area (read after our own
+ * work finished; an unreadable area counts as failed). */
 static int peerFailed(const OsState* st) {
   if (st->a.base == NULL || st->a.win == NULL) return 0;
   unsigned long long f[DPS_OS_MAX_RANKS] = {0};
   if (cudaMemcpy(f, (char*)st->a.base + st->off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
-      cudaSuccess)
+      cudaSuccess) {
+    (void)cudaGetLastError();
     return 1;
+  }
   for (int r = 0; r < st->tp; ++r)
     if (r != st->rank && f[r] != 0) {
-      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d reported a failure; skipping the collective "
+      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d reported a failure", st->rank, r);
+      return 1;
+    }
+  return 0;
+}
+
+static dpsResult_t launchGather(const OsState* st, dpsOsGatherArgs* a, size_t off, int64_t cap,
+                                cudaStream_t stream);
+
+/* The close exchange: every rank sends one health word to every peer with
+ * the logprobs gather's kernel and staging (one more call in that
+ * operation's sequence, which every rank makes at the same point), on the
+ * internal stream behind the communicator's own work. Bounded by the
+ * kernel's timeout. Returns 1 when any rank reported a failure or the
+ * exchange itself failed (a peer is gone or gave up). */
+static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
+  const uint32_t mine = failed ? 1u : 0u;
+  cudaError_t ce = cudaStreamWaitEvent(comm->aux, comm->work_done, 0);
+  if (ce == cudaSuccess)
+    ce = cudaMemcpyAsync(st->close_in, &mine, sizeof mine, cudaMemcpyHostToDevice, comm->aux);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  dpsOsGatherArgs a;
+  memset(&a, 0, sizeof a);
+  a.op = DPS_OS_OP_GATHER_LOGPROBS;
+  a.nseg = 1;
+  a.in[0] = a.in[1] = a.in[2] = st->close_in;
+  a.out[0] = a.out[1] = a.out[2] = st->close_out;
+  a.count[0] = 1;
+  if (launchGather(st, &a, st->off_glp, st->cap_lp, comm->aux) != dpsSuccess ||
+      cudaStreamSynchronize(comm->aux) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  if (hostErrWord(st) != 0) return 1;
+  uint32_t all[DPS_OS_MAX_RANKS] = {0};
+  if (cudaMemcpy(all, st->close_out, sizeof(uint32_t) * (size_t)st->tp, cudaMemcpyDeviceToHost) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  for (int r = 0; r < st->tp; ++r)
+    if (all[r] != 0) {
+      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d closes as failed; every rank skips the "
              "window deregistration", st->rank, r);
       return 1;
     }
   return 0;
 }
 
+/* dpsCommClose's collective part: agree on the group's health, then
+ * deregister the windows only if every rank is healthy, so that the ranks
+ * take the same decision (at tp >= 3 a rank that saw no failure would
+ * otherwise wait in the deregistration for a pair that skipped it). A rank
+ * whose kernels already gave up does not run the exchange: its fail marks
+ * in the peers' fail areas make their exchange give up at once. */
+static int osClose(dpsComm_t comm, int failed) {
+  OsState* st = (OsState*)comm->backend_state;
+  if (st == NULL || st->a.win == NULL) return failed; /* nothing was registered */
+  failed = failed || hostErrWord(st) != 0 || peerFailed(st);
+  if (st->tp > 1 && hostErrWord(st) == 0) failed = closeExchange(comm, st, failed);
+  if (failed) return 1;
+  /* same order on every rank (collective deregistration) */
+  windowDeregister(comm, &st->b);
+  windowDeregister(comm, &st->a);
+  return 0;
+}
+
 static void osDestroy(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   if (st == NULL) return;
-  int failed = hostErrWord(st) != 0 || peerFailed(st);
-  /* A peer gave up (or we did): the core then aborts an NCCL communicator it
-   * owns instead of destroying it, which could wait for that peer. */
-  if (failed) (void)dpsCommMarkFailed(comm, dpsTimeout);
-  /* same order on every rank (collective deregistration) */
-  windowDestroy(comm, &st->b, failed);
-  windowDestroy(comm, &st->a, failed);
-  if (st->outputs) cudaFree(st->outputs);
-  if (st->dstate) cudaFree(st->dstate);
-  if (st->herr) cudaFreeHost((void*)st->herr);
+  windowFree(&st->b);
+  windowFree(&st->a);
+  dpsDeviceFree(comm, &st->outputs);
+  dpsDeviceFree(comm, (void**)&st->dstate);
+  if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
   comm->backend_state = NULL;
   comm->swap_out = NULL;
@@ -252,8 +313,7 @@ static int envPdl(void) {
 /* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
  * of 32 in [32, 1024] (default 256). A thread owns one LL line, or an eighth
  * of an LL128 line, per call, so fewer, larger blocks trade block count for
- * block size. Local: the line a thread owns depends only on its global index,
- * so ranks need not agree. */
+ * block size. Agreed at creation (the smallest asked). */
 static int envGatherThreads(void) {
   uint64_t v = DPS_OS_GATHER_THREADS;
   if (dpsEnvUint("DPSAMPLING_ONESIDED_GATHER_THREADS", &v) < 0 || v < 32 ||
@@ -313,9 +373,9 @@ static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
   return ok;
 }
 
-/* Element-wise min over ranks (creation: {SM count, LL threshold, every
- * rank's PCI address}, then the gather protocol; prepare: the dtype). Blocks
- * the host; never called from an operation's hot path. */
+/* Element-wise min over ranks (creation: {SM count, LL threshold, gather
+ * block size, every rank's PCI address}, then the gather protocol; prepare:
+ * the dtype). Blocks the host; never called from an operation's hot path. */
 static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
   int64_t* dev = NULL;
   cudaStream_t s = NULL;
@@ -389,8 +449,8 @@ static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
 static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   const dpsConfig_t* cfg = &comm->config;
   /* error word: device copy + mapped pinned host copy */
-  DPS_CUDA_CHECK(cudaMalloc((void**)&st->dstate, sizeof(dpsOsDevState)));
-  DPS_CUDA_CHECK(cudaMemset(st->dstate, 0, sizeof(dpsOsDevState)));
+  DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
+                           "the onesided device state"));
   void* h = NULL;
   DPS_CUDA_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
   memset(h, 0, 64);
@@ -404,9 +464,12 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
     return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
   size_t seg = roundUp((size_t)rowsN * 4, 256);
   size_t segl = roundUp((size_t)cfg->max_pad_bs * 4, 256);
-  DPS_CUDA_CHECK(cudaMalloc(&st->outputs, 3 * seg + segl));
-  DPS_CUDA_CHECK(cudaMemset(st->outputs, 0, 3 * seg + segl));
+  const size_t closeWords = roundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
+  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, 3 * seg + segl + closeWords,
+                           "the onesided verify outputs"));
   char* o = (char*)st->outputs;
+  st->close_in = (uint32_t*)(o + 3 * seg + segl);
+  st->close_out = st->close_in + 1;
   comm->predict_out = (int32_t*)o;
   comm->accept_index_out = (int32_t*)(o + seg);
   comm->logprobs_out = (float*)(o + 2 * seg);
@@ -443,21 +506,31 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   int sms = 0, major = 0;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
-  /* {SM count, LL threshold, PCI address of every rank (others' slots at
-   * INT64_MAX, so the min fills them in)} */
-  int64_t vals[2 + DPS_OS_MAX_RANKS];
+  /* {SM count, LL threshold, gather block size, PCI address of every rank
+   * (others' slots at INT64_MAX, so the min fills them in)} */
+  int64_t vals[3 + DPS_OS_MAX_RANKS];
   vals[0] = sms;
   vals[1] = (int64_t)envLLBytes();
+  const int askedThreads = envGatherThreads();
+  vals[2] = askedThreads;
   const cudaError_t before = cudaPeekAtLastError();
   const int64_t myKey = pciKey(comm->device);
   if (myKey < 0 && before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
-  for (int r = 0; r < st->tp; ++r) vals[2 + r] = r == st->rank ? myKey : INT64_MAX;
-  DPS_CHECK(agree(comm, vals, 2 + st->tp));
+  for (int r = 0; r < st->tp; ++r) vals[3 + r] = r == st->rank ? myKey : INT64_MAX;
+  DPS_CHECK(agree(comm, vals, 3 + st->tp));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
+  /* A gather block waits for lines its peers' same-numbered block stores,
+   * so the grids must match: the ranks use the smallest block size asked. */
+  st->gthreads = (int)vals[2];
+  if (st->gthreads != askedThreads)
+    dpsLog(DPS_LOG_WARN,
+           "onesided rank %d: gather blocks of %d threads asked here, %d agreed (the smallest "
+           "asked by any rank)",
+           st->rank, askedThreads, st->gthreads);
   /* Gather protocol: LL128 only where validated (sm_90+, NVLink). */
   int64_t proto = envGatherProto();
-  if (proto == DPS_OS_PROTO_LL128 && !(major >= 9 && nvlinkToAllPeers(st, comm->device, vals + 2))) {
+  if (proto == DPS_OS_PROTO_LL128 && !(major >= 9 && nvlinkToAllPeers(st, comm->device, vals + 3))) {
     dpsLog(DPS_LOG_WARN,
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 needs sm_90+ and every peer's "
            "GPU visible here and on NVLink (native P2P atomics); using ll",
@@ -487,7 +560,6 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
       st->pdl = 0;
     }
   }
-  st->gthreads = envGatherThreads();
 
   DPS_CHECK(agreeStatus(comm, initLocal(comm, st), "allocating the onesided buffers"));
   DPS_CHECK(windowRegister(comm, &st->a, "flag/staging"));
@@ -552,7 +624,7 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
                     "rank's error); every rank fails",
                     st->rank);
   if (r != dpsSuccess) {
-    windowDestroy(comm, &st->b, 1); /* memory only: nothing was registered */
+    windowFree(&st->b); /* memory only: nothing was registered */
     return r;
   }
   DPS_CHECK(windowRegister(comm, &st->b, "swap output"));
@@ -685,6 +757,14 @@ static dpsResult_t osPreload(void) {
 }
 
 const dpsBackendOps dpsOnesidedBackendOps = {
-    "onesided",       osInit,       osPrepare, osSwap, osGatherOutputs,
-    osGatherLogprobs, osAsyncError, osDestroy, osPreload,
+    .name = "onesided",
+    .init = osInit,
+    .prepare = osPrepare,
+    .swap = osSwap,
+    .gather_outputs = osGatherOutputs,
+    .gather_logprobs = osGatherLogprobs,
+    .async_error = osAsyncError,
+    .destroy = osDestroy,
+    .preload = osPreload,
+    .close = osClose,
 };

@@ -166,14 +166,16 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r) {
   return (dpsResult_t)expected;
 }
 
+/* A communicator that never became usable (creation failed): every rank
+ * failed together, so nothing collective is owed; free it at once. */
 static void freeComm(dpsComm_t comm) {
   if (comm == NULL) return;
-  if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
-  if (comm->owns_nccl && comm->nccl) {
-    if (atomic_load(&comm->sticky_error)) ncclCommAbort(comm->nccl);
-    else ncclCommDestroy(comm->nccl);
+  if (comm->detached) {
+    if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
+    free(comm);
+    return;
   }
-  free(comm);
+  dpsCommFreeNow(comm);
 }
 
 static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
@@ -200,6 +202,7 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   comm->owns_nccl = owns;
   comm->dtype = dpsDtypeUnset;
   comm->config.cuda_device = device;
+  (void)dpsReleasePending(NULL); /* creation is a safe point */
 
   /* Local checks record their failure in `local` instead of returning: the
    * agreement exchange below must still happen on every rank. */
@@ -227,6 +230,7 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
         comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;
     if (ops->preload) local = ops->preload();
   }
+  if (local == dpsSuccess) local = dpsTeardownInit(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
 
@@ -329,32 +333,6 @@ dpsResult_t dpsCommCreateDetached(dpsComm_t* out, const dpsConfig_t* config, dps
   return dpsSuccess;
 }
 
-dpsResult_t dpsCommDestroy(dpsComm_t comm) {
-  if (comm == NULL) return dpsSuccess;
-  if (comm->detached) {
-    freeComm(comm);
-    return dpsSuccess;
-  }
-  dpsDeviceGuard g;
-  dpsResult_t res = dpsDeviceEnter(&g, comm->device);
-  if (res == dpsSuccess) {
-    /* Queued work may still read or write our buffers: wait for it. */
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess)
-      res = dpsSetError(dpsCudaError, "dpsCommDestroy: cudaDeviceSynchronize failed: %s",
-                        cudaGetErrorString(e));
-  }
-  if (comm->ops && comm->ops->async_error && !atomic_load(&comm->sticky_error)) {
-    dpsResult_t a = comm->ops->async_error(comm);
-    if (a != dpsSuccess) (void)dpsCommMarkFailed(comm, a);
-  }
-  /* Free even when the device could not be entered or synchronized: the
-   * caller has no other way to release the communicator. */
-  freeComm(comm);
-  dpsDeviceLeave(&g); /* no-op unless the enter switched */
-  return res;
-}
-
 /* ---- queries ------------------------------------------------------------- */
 dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
   if (comm == NULL || info == NULL)
@@ -440,10 +418,15 @@ extern __typeof__(cudaStreamGetDevice) cudaStreamGetDevice __attribute__((weak))
 #endif
 
 static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stream,
-                               int* capturing) {
+                               int* capturing, unsigned long long* capture_id) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   *capturing = 0;
-  cudaError_t e = cudaStreamIsCapturing(stream, &st);
+  *capture_id = 0;
+#if CUDART_VERSION >= 12030
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &st, capture_id, NULL, NULL, NULL, NULL);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &st, capture_id);
+#endif
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
                        cudaGetErrorString(e));
@@ -468,21 +451,41 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
   return dpsSuccess;
 }
 
+/* An operation's view of its stream. */
+typedef struct {
+  dpsDeviceGuard g;
+  cudaStream_t stream;
+  int capturing;
+  unsigned long long capture_id;
+} OpCtx;
+
 /* Switches to the communicator's device and inspects the stream (detached
  * communicators have neither). */
-static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsDeviceGuard* g,
-                           int* capturing) {
-  *capturing = 0;
-  g->switched = 0;
+static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, OpCtx* x) {
+  x->capturing = 0;
+  x->capture_id = 0;
+  x->stream = stream;
+  x->g.switched = 0;
   if (comm->detached) return dpsSuccess;
-  DPS_CHECK(dpsDeviceEnter(g, comm->device));
-  dpsResult_t r = checkStream(comm, op, stream, capturing);
-  if (r != dpsSuccess) dpsDeviceLeave(g);
+  DPS_CHECK(dpsDeviceEnter(&x->g, comm->device));
+  dpsResult_t r = checkStream(comm, op, stream, &x->capturing, &x->capture_id);
+  if (r != dpsSuccess) dpsDeviceLeave(&x->g);
   return r;
 }
 
-static void opLeave(dpsComm_t comm, dpsDeviceGuard* g) {
-  if (!comm->detached) dpsDeviceLeave(g);
+/* Ends an operation; `r` is its outcome. Successful work is noted for
+ * teardown (dpsNoteWork). */
+static void opLeave(dpsComm_t comm, OpCtx* x, dpsResult_t r) {
+  if (comm->detached) return;
+  if (r == dpsSuccess) dpsNoteWork(comm, x->stream, x->capturing, x->capture_id);
+  dpsDeviceLeave(&x->g);
+}
+
+/* After dpsCommClose every operation is refused. */
+static dpsResult_t checkOpen(dpsComm_t comm, const char* op) {
+  if (comm->closed)
+    return dpsSetError(dpsInvalidUsage, "%s: the communicator is closed (dpsCommClose)", op);
+  return dpsSuccess;
 }
 
 dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
@@ -490,13 +493,13 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
     return dpsSetError(dpsInvalidArgument, "prepare_verify_outputs: dtype=%d is not fp32, bf16 or fp16",
                        (int)dtype);
+  DPS_CHECK(checkOpen(comm, "prepare_verify_outputs"));
   DPS_CHECK(commHealth(comm));
   if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
-  dpsDeviceGuard g;
-  int capturing;
-  DPS_CHECK(opEnter(comm, "prepare_verify_outputs", NULL, &g, &capturing));
+  OpCtx x;
+  DPS_CHECK(opEnter(comm, "prepare_verify_outputs", NULL, &x));
   dpsResult_t r = prepareDtype(comm, dtype);
-  opLeave(comm, &g);
+  if (!comm->detached) dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
   return r;
 }
 
@@ -527,13 +530,13 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        "%s: local_logits dtype %s differs from the communicator's logits dtype %s, "
                        "fixed at creation, by prepare or by the first swap",
                        op, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  DPS_CHECK(checkOpen(comm, op));
   DPS_CHECK(commHealth(comm));
-  dpsDeviceGuard g;
-  int capturing = 0;
-  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  OpCtx x;
+  DPS_CHECK(opEnter(comm, op, stream, &x));
   dpsResult_t r = dpsSuccess;
   if (comm->dtype == dpsDtypeUnset) {
-    if (capturing)
+    if (x.capturing)
       r = dpsSetError(dpsInvalidUsage,
                       "%s: the logits dtype is not fixed yet and the first swap allocates; call "
                       "dpsCommPrepare(%s) or run one swap before capturing a CUDA graph",
@@ -542,7 +545,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
       r = prepareDtype(comm, dtype);
   }
   if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
-  opLeave(comm, &g);
+  opLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->swap_out;
   return r;
 }
@@ -579,13 +582,13 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   }
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
+  DPS_CHECK(checkOpen(comm, op));
   DPS_CHECK(commHealth(comm));
-  dpsDeviceGuard g;
-  int capturing = 0;
-  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  OpCtx x;
+  DPS_CHECK(opEnter(comm, op, stream, &x));
   dpsResult_t r =
       comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
-  opLeave(comm, &g);
+  opLeave(comm, &x, r);
   if (r == dpsSuccess) {
     *predict_out = comm->predict_out;
     *accept_index_out = comm->accept_index_out;
@@ -605,12 +608,12 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
+  DPS_CHECK(checkOpen(comm, op));
   DPS_CHECK(commHealth(comm));
-  dpsDeviceGuard g;
-  int capturing = 0;
-  DPS_CHECK(opEnter(comm, op, stream, &g, &capturing));
+  OpCtx x;
+  DPS_CHECK(opEnter(comm, op, stream, &x));
   dpsResult_t r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
-  opLeave(comm, &g);
+  opLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->logprobs_out;
   return r;
 }

@@ -86,12 +86,22 @@ typedef struct dpsBackendOps {
                                  cudaStream_t stream);
   /* Non-blocking: dpsSuccess or the asynchronous error (message set). May be NULL. */
   dpsResult_t (*async_error)(dpsComm_t comm);
-  /* Frees backend state (device already synchronized). Never fails. */
+  /* Frees backend state, locally: the communicator's work has finished, and
+   * windows still registered are released without deregistration. Only
+   * calls that leave another stream's CUDA-graph capture intact when made in
+   * relaxed capture mode (dpsDeviceFree, ncclMemFree, cudaFreeHost: no
+   * cudaFree, no device synchronization). Never fails. */
   void (*destroy)(dpsComm_t comm);
   /* At creation, local, before the agreement exchange (so that a failure
    * makes every rank fail): load every kernel of the backend now. May be
    * NULL. */
   dpsResult_t (*preload)(void);
+  /* The collective part of teardown (dpsCommClose), on every rank together,
+   * after the core waited for the communicator's own work. `failed`: whether
+   * this rank knows the communicator failed. Returns the decision every rank
+   * takes alike (e.g. after exchanging health), 1 = failed: then nothing
+   * collective that could wait for a dead peer is done. May be NULL. */
+  int (*close)(dpsComm_t comm, int failed);
 } dpsBackendOps;
 
 extern const dpsBackendOps dpsNcclBackendOps;
@@ -101,6 +111,8 @@ extern const dpsBackendOps dpsOnesidedBackendOps;
 int dpsOnesidedReachable(ncclComm_t nccl_comm);
 
 /* ---- the communicator ---------------------------------------------------- */
+#define DPS_MAX_CAPTURES 8 /* streams remembered as capturing this communicator's work */
+
 struct dpsComm {
   dpsConfig_t config;     /* as given, validated */
   dpsBackend_t backend;   /* resolved */
@@ -127,6 +139,17 @@ struct dpsComm {
   int32_t* accept_index_out;    /* [max_pad_bs, N] */
   int32_t* accept_length_out;   /* [max_pad_bs]    */
   float* logprobs_out;          /* [max_pad_bs, N] */
+
+  /* Teardown (core/teardown.c). */
+  cudaStream_t aux;       /* internal stream: allocations, frees, the close exchange */
+  cudaEvent_t work_done;  /* recorded after every operation that is not captured */
+  struct {
+    cudaStream_t stream;
+    unsigned long long id;
+    int used;
+  } captures[DPS_MAX_CAPTURES]; /* captures that recorded our operations */
+  int closed;             /* dpsCommClose ran: operations are refused */
+  dpsComm_t next_pending; /* the process-wide list of released communicators */
 };
 
 /* Switches to comm->device, remembering the caller's device. */
@@ -136,6 +159,33 @@ typedef struct {
 } dpsDeviceGuard;
 dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device);
 void dpsDeviceLeave(dpsDeviceGuard* g);
+
+/* ---- teardown and capture-safe memory (core/teardown.c) ------------------
+ * Teardown runs with this thread's capture mode relaxed and makes only calls
+ * that leave another stream's global-mode capture intact (measured on H200:
+ * event and stream queries and syncs, cudaFreeAsync, cudaFreeHost,
+ * ncclMemFree, window deregistration, ncclCommDestroy; cudaFree and
+ * cudaDeviceSynchronize break it). So device buffers come from the stream
+ * ordered allocator on comm->aux and go back with cudaFreeAsync. */
+typedef struct {
+  enum cudaStreamCaptureMode prev;
+} dpsCaptureRelax;
+void dpsRelaxEnter(dpsCaptureRelax* r);
+void dpsRelaxLeave(dpsCaptureRelax* r);
+
+/* Creates comm->aux and comm->work_done (creation, before the backend's init). */
+dpsResult_t dpsTeardownInit(dpsComm_t comm);
+/* Zeroed device memory of `bytes` (at least 16) for `what` (in messages);
+ * creation/prepare only (synchronizes comm->aux). */
+dpsResult_t dpsDeviceAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what);
+/* Stream-ordered free on comm->aux; NULL is a no-op; sets *p to NULL. */
+void dpsDeviceFree(dpsComm_t comm, void** p);
+/* Called by every operation after its backend call succeeded: records
+ * work_done (uncaptured) or remembers the capture (captured). */
+void dpsNoteWork(dpsComm_t comm, cudaStream_t stream, int capturing, unsigned long long capture_id);
+/* Frees everything of a communicator now (its work has finished or can no
+ * longer be waited for). Relaxed capture mode is the caller's. */
+void dpsCommFreeNow(dpsComm_t comm);
 
 /* For CPU tests and fuzzing of the argument checks: a communicator with the
  * given resolved backend and ops, no NCCL communicator and no device state.

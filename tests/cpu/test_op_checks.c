@@ -65,8 +65,10 @@ static void fDestroy(dpsComm_t c) {
   (void)c;
   rec.destroy++;
 }
-static const dpsBackendOps kFake = {"fake",    fInit,  fPrepare, fSwap, fGather,
-                                    fLogprobs, fAsync, fDestroy, NULL};
+static const dpsBackendOps kFake = {.name = "fake", .init = fInit, .prepare = fPrepare,
+                                    .swap = fSwap, .gather_outputs = fGather,
+                                    .gather_logprobs = fLogprobs, .async_error = fAsync,
+                                    .destroy = fDestroy};
 
 static dpsConfig_t config(dpsDataType_t dtype) {
   dpsConfig_t c = DPS_CONFIG_INITIALIZER;

@@ -450,12 +450,15 @@ static void fDestroy(dpsComm_t c) {
   (void)c;
   rec.destroy++;
 }
-static const dpsBackendOps kFake = {"fake",    fInit,  fPrepare, fSwap, fGather,
-                                    fLogprobs, fAsync, fDestroy, NULL};
+static const dpsBackendOps kFake = {.name = "fake", .init = fInit, .prepare = fPrepare,
+                                    .swap = fSwap, .gather_outputs = fGather,
+                                    .gather_logprobs = fLogprobs, .async_error = fAsync,
+                                    .destroy = fDestroy};
 /* async_error may be NULL (internal.h): such a backend never reports one. */
-static const dpsBackendOps kFakeNoAsync = {"fake-no-async", fInit,     fPrepare, fSwap,
-                                           fGather,         fLogprobs, NULL,     fDestroy,
-                                           NULL};
+static const dpsBackendOps kFakeNoAsync = {.name = "fake-no-async", .init = fInit,
+                                           .prepare = fPrepare, .swap = fSwap,
+                                           .gather_outputs = fGather,
+                                           .gather_logprobs = fLogprobs, .destroy = fDestroy};
 
 /* Collectives installed by dpsCommSetCollectives: never called on a detached
  * communicator whose backend is the fake. */
