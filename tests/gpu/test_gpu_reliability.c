@@ -10,10 +10,12 @@
  *                by more than 32 MiB.
  *  destroy_busy  a host function sleeping 300 ms is queued on the stream
  *                before (then after) a swap + both gathers whose outputs are
- *                copied into the test's own buffers; dpsCommDestroy is called
- *                at once: it must succeed, return only after the queued work
- *                ran (the stream is idle: cudaStreamQuery == cudaSuccess, and
- *                >= 250 ms passed), and the copied results must be right.
+ *                copied into the test's own buffers; dpsCommClose is called
+ *                at once: it must succeed and wait for the communicator's own
+ *                work only: after >= 250 ms when the sleep came first, at once
+ *                (< 250 ms, stream still busy) when it came after the ops
+ *                and their copies; the copied results must be right, and
+ *                dpsCommRelease + dpsReleasePending then free everything.
  *                Both backends, every rank at the same point.
  *  kill          (onesided, tp 2) timeout_ms=1000: both ranks loop checked
  *                swap+gather calls; at iteration 5 rank 1 SIGKILLs itself
@@ -208,37 +210,51 @@ static int destroyBusyCase(int rank, int tp, dpsBackend_t backend, int sleep_fir
   FX_CHECK_OK(dpsSwapBatchVocab(comm, b.d_in, (int64_t)pad * n, vocab / tp, dt, pad, &o, s));
   FX_CHECK_OK(dpsGatherVerifyOutputs(comm, b.d_p, b.d_ai, b.d_al, reqs, n, pad, &p, &ai, &al, s));
   FX_CHECK_OK(dpsGatherVerifyLogprobs(comm, b.d_lp, reqs, n, pad, &lp, s));
-  if (!sleep_first) GT_CUDA(cudaLaunchHostFunc(s, hostSleep300ms, NULL));
   GT_CUDA(cudaMemcpyAsync(snap, o, outB, cudaMemcpyDeviceToDevice, s));
   GT_CUDA(cudaMemcpyAsync(sv, p, full * n * 4, cudaMemcpyDeviceToDevice, s));
   GT_CUDA(cudaMemcpyAsync(sv + full * n, ai, full * n * 4, cudaMemcpyDeviceToDevice, s));
   GT_CUDA(cudaMemcpyAsync(sv + 2 * full * n, al, full * 4, cudaMemcpyDeviceToDevice, s));
   GT_CUDA(cudaMemcpyAsync(sv + 2 * full * n + full, lp, full * n * 4, cudaMemcpyDeviceToDevice,
                           s));
+  if (!sleep_first) {
+    /* the copies read our outputs: the caller's work, done before the close */
+    GT_CUDA(cudaStreamSynchronize(s));
+    GT_CUDA(cudaLaunchHostFunc(s, hostSleep300ms, NULL));
+  }
   const double t_enq = nowS() - t0;
-  dpsResult_t r = dpsCommDestroy(comm); /* at once: the stream holds >= 300 ms of work */
+  dpsResult_t r = dpsCommClose(comm); /* at once: the stream holds >= 300 ms of work */
   const cudaError_t q = cudaStreamQuery(s);
-  const double t_destroy = nowS() - t0;
-  FX_CHECK(r == dpsSuccess, "rank %d %s: dpsCommDestroy on a busy stream -> %s: %s", rank,
+  const double t_close = nowS() - t0;
+  FX_CHECK(r == dpsSuccess, "rank %d %s: dpsCommClose on a busy stream -> %s: %s", rank,
            dpsBackendName(backend), dpsGetErrorString(r), dpsGetLastError());
-  FX_CHECK(q == cudaSuccess, "rank %d %s: stream not idle after dpsCommDestroy returned: %s", rank,
-           dpsBackendName(backend), cudaGetErrorString(q));
-  FX_CHECK(t_destroy >= 0.25, "rank %d %s: dpsCommDestroy returned %.3f s after the 300 ms sleep "
-           "was queued: it did not wait for the queued work",
-           rank, dpsBackendName(backend), t_destroy);
-  GT_CUDA(cudaGetLastError());
+  if (sleep_first) {
+    FX_CHECK(t_close >= 0.25, "rank %d %s: dpsCommClose returned %.3f s after the 300 ms sleep "
+             "was queued before its operations: it did not wait for its own work",
+             rank, dpsBackendName(backend), t_close);
+  } else {
+    FX_CHECK(t_close < 0.25 && q == cudaErrorNotReady,
+             "rank %d %s: dpsCommClose waited %.3f s (stream %s) for work queued after its "
+             "operations: it must wait for its own work only",
+             rank, dpsBackendName(backend), t_close, cudaGetErrorString(q));
+  }
+  (void)cudaGetLastError();
   if (rank == 0)
-    printf("  %s sleep %s the ops: enqueue %.1f ms, destroy returned after %.1f ms, stream idle\n",
+    printf("  %s sleep %s the ops: enqueue %.1f ms, close returned after %.1f ms\n",
            dpsBackendName(backend), sleep_first ? "before" : "after", 1e3 * t_enq,
-           1e3 * t_destroy);
-  /* the work that was queued at destroy time completed correctly */
+           1e3 * t_close);
+  GT_CUDA(cudaStreamSynchronize(s));
+  /* the work that was queued at close time completed correctly */
   if (gtCheckSwapOut(&b, snap, rank, tp, pad, step) ||
       gtCheckVerifyOut(&b, sv, sv + full * n, sv + 2 * full * n, rank, pad, step) ||
       gtCheckLogprobsOut(&b, (const float*)(sv + 2 * full * n + full), rank, pad, step)) {
-    fprintf(stderr, "rank %d %s: results of the work queued before destroy are wrong\n", rank,
+    fprintf(stderr, "rank %d %s: results of the work queued before close are wrong\n", rank,
             dpsBackendName(backend));
     return 1;
   }
+  FX_CHECK_OK(dpsCommRelease(comm));
+  int left = -1;
+  FX_CHECK(dpsReleasePending(&left) == dpsSuccess && left == 0, "rank %d: %d still pending",
+           rank, left);
   cudaFree(snap);
   cudaFree(sv);
   gtFreeBufs(&b);
