@@ -12,7 +12,9 @@
 # Env: CTEST_ARGS (extra ctest arguments, e.g. -E test_gpu_reliability),
 #      PERF_ARGS (extra dps-perf arguments), LAT_VARIANTS (latency stage:
 #      variants, each "VAR=v[,VAR=v...]" or "-" for the defaults; the older
-#      "PDL,THREADS" pairs are gone), SAN_TESTS, SAN_TOOLS,
+#      "PDL,THREADS" pairs are gone), SAN_TESTS (default: every
+#      test_gpu_* but test_gpu_virtual_ranks, which runs as two entries at
+#      tp=8, one per backend), SAN_TOOLS,
 #      SAN_LANE_TIMEOUT (seconds per sanitized test), SAN_LANE_DEADLINE (no new
 #      test starts in a tool's lane after that many seconds).
 # Logs (at most 8 files; sanitize writes one per tool) go to $LOGDIR (default: $OUT if set, else ./gpu-logs).
@@ -58,10 +60,18 @@ for st in $stages; do
       # NCCL probes CUDA APIs that fail by design (cuMemCreate with fabric
       # handles, kernels not built for this arch): report kernel errors only.
       # SAN_TESTS entries are "[VAR=v[,VAR=v...]@]binary[:argument]".
+      # The virtual-rank test runs at tp=8 only (small shapes: DPS_TEST_SMALL),
+      # once per backend.
+      san_default=""
+      for b in $BUILD/tests/test_gpu_*; do
+        [ "${b##*/}" = test_gpu_virtual_ranks ] || san_default="$san_default $b"
+      done
+      vr=$BUILD/tests/test_gpu_virtual_ranks
+      san_default="$san_default DPS_VR_BACKEND=nccl@$vr:tp=8 DPS_VR_BACKEND=onesided@$vr:tp=8"
       for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
         (
           lrc=0; start=$SECONDS
-          for t in ${SAN_TESTS:-$BUILD/tests/test_gpu_*}; do
+          for t in ${SAN_TESTS:-$san_default}; do
             envs=""; [ "${t#*@}" != "$t" ] && { envs=${t%%@*}; t=${t#*@}; }
             bin=${t%%:*}; arg=""; [ "$bin" != "$t" ] && arg=${t#*:}
             if [ $((SECONDS - start)) -ge ${SAN_LANE_DEADLINE:-100000} ]; then

@@ -19,7 +19,8 @@
  * because the kernels synchronise with their own flags and a timeout (NCCL's
  * LSA barrier has none). Peer base addresses are read once per window with a
  * tiny kernel calling ncclGetPeerPointer (onesided_setup.cu); the hot kernels
- * take plain pointers.
+ * take plain pointers. The layout, the kernels' common arguments and every
+ * call's plan come from onesided_plan.c, which the virtual-rank tests share.
  *
  * Agreed at creation over NCCL (min over ranks), so every rank picks the same
  * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
@@ -37,12 +38,12 @@
 
 #include "internal.h"
 #include "kernels/onesided_kernels.h"
+#include "kernels/onesided_setup.h"
+#include "onesided_plan.h"
 
 #define OS_DEFAULT_LL_BYTES (256u * 1024u)
 #define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
 #define OS_WIN_ROUND ((size_t)2 << 20) /* windows are whole 2 MiB granules */
-#define OS_DIRECT_BYTES_PER_BLOCK ((uint64_t)32 * 1024)
-#define OS_LL_LINES_PER_BLOCK 1024
 
 typedef struct {
   void* base;
@@ -61,19 +62,18 @@ typedef struct {
   int gthreads;      /* gather block size (DPSAMPLING_ONESIDED_GATHER_THREADS) */
   int gproto;        /* agreed gather protocol, DPS_OS_PROTO_* */
 
+  dpsOsLayout lay; /* window layout and capacities (onesided_plan.h) */
+
   OsWindow a; /* flags + fail area + gather staging */
-  size_t off_fail, off_gout, off_glp;
-  int64_t cap_out, cap_lp; /* gather staging lines per (parity, src) */
+  size_t off_fail; /* = lay.off_fail */
+  dpsOsWindows va; /* window A's addresses for the plans */
 
   OsWindow b; /* swap_out + swap LL staging */
-  size_t off_swll;
-  int64_t cap_sw;
-  size_t esize;
+  dpsOsWindows vb; /* window B's addresses for the plans (once prepared) */
   int prepared;
 
   void* outputs; /* verify outputs + the close exchange's words, one allocation */
-  uint32_t* close_in;  /* this rank's health word (0 = healthy) */
-  uint32_t* close_out; /* [tp] every rank's health word, after the close exchange */
+  dpsOsOutputs out; /* inside `outputs` */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -209,7 +209,7 @@ static int peerFailed(const OsState* st) {
   return 0;
 }
 
-static dpsResult_t launchGather(const OsState* st, dpsOsGatherArgs* a, size_t off, int64_t cap,
+static dpsResult_t launchGather(const OsState* st, const dpsOsGatherArgs* a, int grid,
                                 cudaStream_t stream);
 
 /* The close exchange: every rank sends one health word to every peer with
@@ -222,26 +222,22 @@ static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
   const uint32_t mine = failed ? 1u : 0u;
   cudaError_t ce = cudaStreamWaitEvent(comm->aux, comm->work_done, 0);
   if (ce == cudaSuccess)
-    ce = cudaMemcpyAsync(st->close_in, &mine, sizeof mine, cudaMemcpyHostToDevice, comm->aux);
+    ce = cudaMemcpyAsync(st->out.close_in, &mine, sizeof mine, cudaMemcpyHostToDevice, comm->aux);
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
   dpsOsGatherArgs a;
-  memset(&a, 0, sizeof a);
-  a.op = DPS_OS_OP_GATHER_LOGPROBS;
-  a.nseg = 1;
-  a.in[0] = a.in[1] = a.in[2] = st->close_in;
-  a.out[0] = a.out[1] = a.out[2] = st->close_out;
-  a.count[0] = 1;
-  if (launchGather(st, &a, st->off_glp, st->cap_lp, comm->aux) != dpsSuccess ||
+  const int grid = dpsOsPlanCloseExchange(&st->lay, &st->common, &st->va, &st->out, &a);
+  if (launchGather(st, &a, grid, comm->aux) != dpsSuccess ||
       cudaStreamSynchronize(comm->aux) != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
   if (hostErrWord(st) != 0) return 1;
   uint32_t all[DPS_OS_MAX_RANKS] = {0};
-  if (cudaMemcpy(all, st->close_out, sizeof(uint32_t) * (size_t)st->tp, cudaMemcpyDeviceToHost) !=
+  if (cudaMemcpy(all, st->out.close_out, sizeof(uint32_t) * (size_t)st->tp,
+                 cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
@@ -427,19 +423,17 @@ static dpsResult_t agreeStatus(dpsComm_t comm, dpsResult_t local, const char* st
 }
 
 /* The kernels' common arguments: fixed once window A exists. */
-static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
-  dpsOsCommon c;
-  c.tp = st->tp;
-  c.rank = st->rank;
-  c.state = st->dstate;
-  c.host_err = st->herr_dev;
-  c.timeout_ns = (unsigned long long)(comm->timeout_ms > 0 ? comm->timeout_ms : 1) * 1000000ull;
-  c.pdl = st->pdl;
-  c.fail = (const unsigned long long*)((const char*)st->a.base + st->off_fail);
-  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
-    c.fail_peer[r] =
-        r < st->tp ? (unsigned long long*)(st->a.peer[r] + st->off_fail) : NULL;
-  return c;
+static dpsOsWindows windowView(const OsWindow* w, int tp) {
+  dpsOsWindows v;
+  memset(&v, 0, sizeof v);
+  v.base = (char*)w->base;
+  for (int r = 0; r < tp; ++r) v.peer[r] = w->peer[r];
+  return v;
+}
+
+static dpsOsCommon buildCommon(dpsComm_t comm, OsState* st) {
+  st->va = windowView(&st->a, st->tp);
+  return dpsOsMakeCommon(&st->lay, &st->va, st->dstate, st->herr_dev, comm->timeout_ms, st->pdl);
 }
 
 /* Creation's local part, after the exchanges that fix the grid cap and the
@@ -448,6 +442,17 @@ static dpsOsCommon buildCommon(dpsComm_t comm, const OsState* st) {
  * is agreed on before the collective registration. */
 static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   const dpsConfig_t* cfg = &comm->config;
+  dpsOsLayout* L = &st->lay;
+  memset(L, 0, sizeof *L);
+  L->tp = st->tp;
+  L->rank = st->rank;
+  L->n = st->n;
+  L->max_pad_bs = cfg->max_pad_bs;
+  L->vocab = st->vocab;
+  L->maxb = st->maxb;
+  L->ll_bytes = st->ll_bytes;
+  L->gproto = st->gproto;
+  L->gthreads = st->gthreads;
   /* error word: device copy + mapped pinned host copy */
   DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
                            "the onesided device state"));
@@ -457,38 +462,16 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   st->herr = (volatile unsigned long long*)h;
   DPS_CUDA_CHECK(cudaHostGetDevicePointer((void**)&st->herr_dev, h, 0));
 
-  /* verify outputs (plain device memory) */
-  uint64_t rowsN = 0, tmp = 0;
-  if (!dpsMulOk((uint64_t)cfg->max_pad_bs, (uint64_t)st->n, &rowsN) ||
-      !dpsMulOk(rowsN, 4, &tmp))
-    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
-  size_t seg = roundUp((size_t)rowsN * 4, 256);
-  size_t segl = roundUp((size_t)cfg->max_pad_bs * 4, 256);
-  const size_t closeWords = roundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
-  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, 3 * seg + segl + closeWords,
-                           "the onesided verify outputs"));
-  char* o = (char*)st->outputs;
-  st->close_in = (uint32_t*)(o + 3 * seg + segl);
-  st->close_out = st->close_in + 1;
-  comm->predict_out = (int32_t*)o;
-  comm->accept_index_out = (int32_t*)(o + seg);
-  comm->logprobs_out = (float*)(o + 2 * seg);
-  comm->accept_length_out = (int32_t*)(o + 3 * seg);
-
-  /* window A */
-  const int64_t lineVals =
-      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
-  const size_t lineBytes =
-      st->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
-  st->cap_out = ((int64_t)st->max_reqs * (2 * (int64_t)st->n + 1) + lineVals - 1) / lineVals;
-  st->cap_lp = ((int64_t)st->max_reqs * st->n + lineVals - 1) / lineVals;
-  size_t flags = DPS_OS_FLAG_WORDS(st->tp, st->maxb) * 8u;
-  st->off_fail = roundUp(flags, 256);
-  st->off_gout = st->off_fail + roundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
-  st->off_glp =
-      st->off_gout + roundUp(2u * (size_t)st->tp * (size_t)st->cap_out * lineBytes, 256);
-  size_t bytesA = st->off_glp + 2u * (size_t)st->tp * (size_t)st->cap_lp * lineBytes;
-  return windowAlloc(&st->a, bytesA, "flag/staging");
+  /* verify outputs (plain device memory) and window A */
+  DPS_CHECK(dpsOsLayoutInit(L));
+  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->out_bytes, "the onesided verify outputs"));
+  st->out = dpsOsOutputsAt(L, st->outputs);
+  comm->predict_out = st->out.predict;
+  comm->accept_index_out = st->out.accept_index;
+  comm->logprobs_out = st->out.logprobs;
+  comm->accept_length_out = st->out.accept_length;
+  st->off_fail = L->off_fail;
+  return windowAlloc(&st->a, L->bytes_a, "flag/staging");
 }
 
 static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
@@ -594,19 +577,8 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
    * store into it, so every rank must fix the same one (the first swap or
    * prepare decides it), and a rank that ran out of memory must not leave
    * the others in the collective registration. */
-  dpsResult_t local = dpsSuccess;
-  uint64_t rowsN, outBytes, chunk;
-  if (!dpsMulOk((uint64_t)st->max_reqs, (uint64_t)st->n, &rowsN) ||
-      !dpsMulOk(rowsN, (uint64_t)st->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes)) {
-    local = dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
-  } else {
-    chunk = outBytes / (uint64_t)st->tp; /* per-peer chunk at max_pad_bs */
-    uint64_t llMax = st->ll_bytes < chunk ? st->ll_bytes : chunk;
-    st->cap_sw = (int64_t)((llMax + 7) / 8);
-    st->off_swll = roundUp((size_t)outBytes, 256);
-    size_t bytesB = st->off_swll + 2u * (size_t)st->tp * (size_t)st->cap_sw * 16u;
-    local = windowAlloc(&st->b, bytesB, "swap output");
-  }
+  dpsResult_t local = dpsOsLayoutPrepare(&st->lay, esize);
+  if (local == dpsSuccess) local = windowAlloc(&st->b, st->lay.bytes_b, "swap output");
   char msg[512] = "";
   if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
   int64_t x[3] = {(int64_t)comm->dtype, -(int64_t)comm->dtype, local == dpsSuccess ? 1 : 0};
@@ -628,17 +600,12 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
     return r;
   }
   DPS_CHECK(windowRegister(comm, &st->b, "swap output"));
-  st->esize = esize;
+  st->vb = windowView(&st->b, st->tp);
   comm->swap_out = st->b.base;
   st->prepared = 1;
   dpsLog(DPS_LOG_INFO, "onesided rank %d: swap window %zu bytes (%s, LL staging %lld lines)",
-         st->rank, st->b.size, dpsDataTypeName(comm->dtype), (long long)st->cap_sw);
+         st->rank, st->b.size, dpsDataTypeName(comm->dtype), (long long)st->lay.cap_sw);
   return dpsSuccess;
-}
-
-static int clampGrid(uint64_t want, int cap) {
-  if (want < 1) return 1;
-  return want > (uint64_t)cap ? cap : (int)want;
 }
 
 /* The core checked the arguments (alignment to the element size included)
@@ -647,60 +614,18 @@ static dpsResult_t osSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream
   OsState* st = (OsState*)comm->backend_state;
   if (!st->prepared)
     return dpsSetError(dpsInternalError, "onesided swap: the swap buffers were not prepared");
-  const uintptr_t addr = (uintptr_t)in;
   dpsOsSwapArgs a;
-  memset(&a, 0, sizeof a);
-  a.c = st->common;
-  a.in = (const char*)in;
-  a.out = (char*)st->b.base;
-  a.flags = (unsigned long long*)st->a.base;
-  a.ll = (char*)st->b.base + st->off_swll;
-  for (int r = 0; r < st->tp; ++r) {
-    a.out_peer.p[r] = st->b.peer[r];
-    a.flags_peer.p[r] = st->a.peer[r];
-    a.ll_peer.p[r] = st->b.peer[r] + st->off_swll;
-  }
-  const int reqs = pad_bs / st->tp;
-  a.rows = (long long)reqs * st->n;
-  a.row_bytes = (long long)(st->vocab / st->tp) * (long long)st->esize;
-  a.out_row_bytes = (long long)st->vocab * (long long)st->esize;
-  a.ll_cap = st->cap_sw;
-  a.max_blocks = st->maxb;
-  const uint64_t S = (uint64_t)a.rows * (uint64_t)a.row_bytes; /* per-peer chunk */
-  const uint64_t C = (uint64_t)a.row_bytes;
-
-  int path, width, grid;
-  if (S <= st->ll_bytes && (S + 7) / 8 <= (uint64_t)st->cap_sw) {
-    path = 1;
-    width = (C % 8 == 0 && addr % 8 == 0) ? 8 : (C % 4 == 0 && addr % 4 == 0) ? 4 : 2;
-    grid = clampGrid(((S + 7) / 8 + OS_LL_LINES_PER_BLOCK - 1) / OS_LL_LINES_PER_BLOCK, st->maxb);
-  } else {
-    path = 0;
-    width = (C % 16 == 0 && addr % 16 == 0) ? 16
-            : (C % 8 == 0 && addr % 8 == 0) ? 8
-            : (C % 4 == 0 && addr % 4 == 0) ? 4
-                                            : 2;
-    grid = clampGrid((S + OS_DIRECT_BYTES_PER_BLOCK - 1) / OS_DIRECT_BYTES_PER_BLOCK, st->maxb);
-  }
-  cudaError_t ce = dpsOsLaunchSwap(&a, path, width, grid, stream);
+  dpsOsSwapPlan p;
+  dpsOsPlanSwap(&st->lay, &st->common, &st->va, &st->vb, in, pad_bs, &a, &p);
+  cudaError_t ce = dpsOsLaunchSwap(&a, p.path, p.width, p.grid, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided swap: kernel launch (%s, %d B, grid %d) failed: %s",
-                       path ? "LL" : "direct", width, grid, cudaGetErrorString(ce));
+                       p.path ? "LL" : "direct", p.width, p.grid, cudaGetErrorString(ce));
   return dpsSuccess;
 }
 
-static dpsResult_t launchGather(const OsState* st, dpsOsGatherArgs* a, size_t off, int64_t cap,
+static dpsResult_t launchGather(const OsState* st, const dpsOsGatherArgs* a, int grid,
                                 cudaStream_t stream) {
-  a->c = st->common;
-  a->stage = (char*)st->a.base + off;
-  for (int r = 0; r < st->tp; ++r) a->stage_peer.p[r] = st->a.peer[r] + off;
-  a->cap = cap;
-  a->total = a->count[0] + a->count[1] + a->count[2];
-  /* The grid depends on the capacity (max_pad_bs), never on this call's
-   * pad_bs: each block keeps its own epoch over a fixed set of lines. */
-  int cap_blocks = st->maxb < DPS_OS_GATHER_MAX_BLOCKS ? st->maxb : DPS_OS_GATHER_MAX_BLOCKS;
-  const uint64_t threads = (uint64_t)cap * (st->gproto == DPS_OS_PROTO_LL128 ? 8u : 1u);
-  int grid = clampGrid((threads + (uint64_t)st->gthreads - 1) / (uint64_t)st->gthreads, cap_blocks);
   cudaError_t ce = dpsOsLaunchGather(a, st->gproto, grid, st->gthreads, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),
@@ -712,37 +637,19 @@ static dpsResult_t osGatherOutputs(dpsComm_t comm, const int32_t* predict,
                                    const int32_t* accept_index, const int32_t* accept_length,
                                    int pad_bs, cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
-  const long long reqs = pad_bs / st->tp;
   dpsOsGatherArgs a;
-  memset(&a, 0, sizeof a);
-  a.op = DPS_OS_OP_GATHER_OUTPUTS;
-  a.nseg = 3;
-  a.in[0] = (const uint32_t*)predict;
-  a.in[1] = (const uint32_t*)accept_index;
-  a.in[2] = (const uint32_t*)accept_length;
-  a.out[0] = (uint32_t*)comm->predict_out;
-  a.out[1] = (uint32_t*)comm->accept_index_out;
-  a.out[2] = (uint32_t*)comm->accept_length_out;
-  a.count[0] = reqs * st->n;
-  a.count[1] = reqs * st->n;
-  a.count[2] = reqs;
-  return launchGather(st, &a, st->off_gout, st->cap_out, stream);
+  const int grid = dpsOsPlanGatherOutputs(&st->lay, &st->common, &st->va, &st->out, predict,
+                                          accept_index, accept_length, pad_bs, &a);
+  return launchGather(st, &a, grid, stream);
 }
 
 static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
                                     cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
-  const long long reqs = pad_bs / st->tp;
   dpsOsGatherArgs a;
-  memset(&a, 0, sizeof a);
-  a.op = DPS_OS_OP_GATHER_LOGPROBS;
-  a.nseg = 1;
-  /* one segment: the unused slots repeat it (count 0), so that the kernels'
-   * segment selects never form a pointer from NULL */
-  a.in[0] = a.in[1] = a.in[2] = (const uint32_t*)in;
-  a.out[0] = a.out[1] = a.out[2] = (uint32_t*)comm->logprobs_out;
-  a.count[0] = reqs * st->n;
-  return launchGather(st, &a, st->off_glp, st->cap_lp, stream);
+  const int grid = dpsOsPlanGatherLogprobs(&st->lay, &st->common, &st->va, &st->out, in, pad_bs,
+                                           &a);
+  return launchGather(st, &a, grid, stream);
 }
 
 static dpsResult_t osPreload(void) {

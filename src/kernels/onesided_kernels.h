@@ -24,7 +24,6 @@
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -181,11 +180,8 @@ cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int proto, int grid, int
 #define DPS_OS_GATHER_THREADS 256
 #define DPS_OS_GATHER_THREADS_MAX 1024
 
-/* ---- setup (onesided_setup.cu; the only place that includes nccl_device.h) */
-/* Writes the base address of every rank's registration of `win` (offset 0)
- * into out[0..nranks). Launches a one-thread kernel and synchronises. */
-cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void** out);
-
+/* ---- setup (onesided_setup.cu; the only place that includes nccl_device.h;
+ * the NCCL window helper is declared in kernels/onesided_setup.h) */
 /* *yes = 1 when the device code that runs on the current device was built
  * for sm_90+ (it then waits in griddepcontrol.wait; see kernels/launch.cuh):
  * only then may the kernels be launched with programmatic dependent launch.

@@ -10,6 +10,7 @@
 #endif
 
 #include "kernels/onesided_kernels.h"
+#include "kernels/onesided_setup.h"
 
 /* Whether every rank of the communicator is in its LSA (load/store) team,
  * i.e. every peer's symmetric memory can be mapped and stored to directly.

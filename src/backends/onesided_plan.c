@@ -1,0 +1,183 @@
+/* Host-side planning of the onesided backend: see onesided_plan.h. */
+#include "onesided_plan.h"
+
+#include <string.h>
+
+#include "internal.h"
+
+static size_t planRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static int clampGrid(uint64_t want, int cap) {
+  if (want < 1) return 1;
+  return want > (uint64_t)cap ? cap : (int)want;
+}
+
+dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
+  L->max_reqs = L->max_pad_bs / L->tp;
+  /* verify outputs (plain device memory) */
+  uint64_t rowsN = 0, tmp = 0;
+  if (!dpsMulOk((uint64_t)L->max_pad_bs, (uint64_t)L->n, &rowsN) || !dpsMulOk(rowsN, 4, &tmp))
+    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
+  L->out_seg = planRoundUp((size_t)rowsN * 4, 256);
+  L->out_segl = planRoundUp((size_t)L->max_pad_bs * 4, 256);
+  /* then the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
+  L->out_bytes = 3 * L->out_seg + L->out_segl +
+                 planRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
+
+  /* window A */
+  const int64_t lineVals =
+      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
+  const size_t lineBytes =
+      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
+  L->cap_out = ((int64_t)L->max_reqs * (2 * (int64_t)L->n + 1) + lineVals - 1) / lineVals;
+  L->cap_lp = ((int64_t)L->max_reqs * L->n + lineVals - 1) / lineVals;
+  const size_t flags = DPS_OS_FLAG_WORDS(L->tp, L->maxb) * 8u;
+  L->off_fail = planRoundUp(flags, 256);
+  L->off_gout = L->off_fail + planRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
+  L->off_glp =
+      L->off_gout + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
+  L->bytes_a = L->off_glp + 2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes;
+  return dpsSuccess;
+}
+
+dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize) {
+  uint64_t rowsN, outBytes;
+  if (!dpsMulOk((uint64_t)L->max_reqs, (uint64_t)L->n, &rowsN) ||
+      !dpsMulOk(rowsN, (uint64_t)L->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes))
+    return dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
+  const uint64_t chunk = outBytes / (uint64_t)L->tp; /* per-peer chunk at max_pad_bs */
+  const uint64_t llMax = L->ll_bytes < chunk ? L->ll_bytes : chunk;
+  L->esize = esize;
+  L->cap_sw = (int64_t)((llMax + 7) / 8);
+  L->off_swll = planRoundUp((size_t)outBytes, 256);
+  L->bytes_b = L->off_swll + 2u * (size_t)L->tp * (size_t)L->cap_sw * 16u;
+  return dpsSuccess;
+}
+
+dpsOsOutputs dpsOsOutputsAt(const dpsOsLayout* L, void* base) {
+  char* o = (char*)base;
+  dpsOsOutputs r;
+  r.predict = (int32_t*)o;
+  r.accept_index = (int32_t*)(o + L->out_seg);
+  r.logprobs = (float*)(o + 2 * L->out_seg);
+  r.accept_length = (int32_t*)(o + 3 * L->out_seg);
+  r.close_in = (uint32_t*)(o + 3 * L->out_seg + L->out_segl);
+  r.close_out = r.close_in + 1;
+  return r;
+}
+
+dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
+                            unsigned long long* host_err_dev, int timeout_ms, int pdl) {
+  dpsOsCommon c;
+  c.tp = L->tp;
+  c.rank = L->rank;
+  c.state = state;
+  c.host_err = host_err_dev;
+  c.timeout_ns = (unsigned long long)(timeout_ms > 0 ? timeout_ms : 1) * 1000000ull;
+  c.pdl = pdl;
+  c.fail = (const unsigned long long*)((const char*)a->base + L->off_fail);
+  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
+    c.fail_peer[r] = r < L->tp ? (unsigned long long*)(a->peer[r] + L->off_fail) : NULL;
+  return c;
+}
+
+void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                   const dpsOsWindows* b, const void* in, int pad_bs, dpsOsSwapArgs* args,
+                   dpsOsSwapPlan* plan) {
+  const uintptr_t addr = (uintptr_t)in;
+  memset(args, 0, sizeof *args);
+  args->c = *c;
+  args->in = (const char*)in;
+  args->out = b->base;
+  args->flags = (unsigned long long*)a->base;
+  args->ll = b->base + L->off_swll;
+  for (int r = 0; r < L->tp; ++r) {
+    args->out_peer.p[r] = b->peer[r];
+    args->flags_peer.p[r] = a->peer[r];
+    args->ll_peer.p[r] = b->peer[r] + L->off_swll;
+  }
+  const int reqs = pad_bs / L->tp;
+  args->rows = (long long)reqs * L->n;
+  args->row_bytes = (long long)(L->vocab / L->tp) * (long long)L->esize;
+  args->out_row_bytes = (long long)L->vocab * (long long)L->esize;
+  args->ll_cap = L->cap_sw;
+  args->max_blocks = L->maxb;
+  const uint64_t S = (uint64_t)args->rows * (uint64_t)args->row_bytes; /* per-peer chunk */
+  const uint64_t C = (uint64_t)args->row_bytes;
+
+  if (S <= L->ll_bytes && (S + 7) / 8 <= (uint64_t)L->cap_sw) {
+    plan->path = 1;
+    plan->width = (C % 8 == 0 && addr % 8 == 0) ? 8 : (C % 4 == 0 && addr % 4 == 0) ? 4 : 2;
+    plan->grid = clampGrid(((S + 7) / 8 + DPS_OS_LL_LINES_PER_BLOCK - 1) / DPS_OS_LL_LINES_PER_BLOCK,
+                           L->maxb);
+  } else {
+    plan->path = 0;
+    plan->width = (C % 16 == 0 && addr % 16 == 0) ? 16
+                  : (C % 8 == 0 && addr % 8 == 0) ? 8
+                  : (C % 4 == 0 && addr % 4 == 0) ? 4
+                                                  : 2;
+    plan->grid =
+        clampGrid((S + DPS_OS_DIRECT_BYTES_PER_BLOCK - 1) / DPS_OS_DIRECT_BYTES_PER_BLOCK, L->maxb);
+  }
+}
+
+/* The parts every gather shares: staging, capacity, total, grid. */
+static int planGather(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                      size_t off, int64_t cap, dpsOsGatherArgs* args) {
+  args->c = *c;
+  args->stage = a->base + off;
+  for (int r = 0; r < L->tp; ++r) args->stage_peer.p[r] = a->peer[r] + off;
+  args->cap = cap;
+  args->total = args->count[0] + args->count[1] + args->count[2];
+  /* Each block keeps its own epoch over a fixed set of lines: the grid is a
+   * function of the capacity only. */
+  const int cap_blocks = L->maxb < DPS_OS_GATHER_MAX_BLOCKS ? L->maxb : DPS_OS_GATHER_MAX_BLOCKS;
+  const uint64_t threads = (uint64_t)cap * (L->gproto == DPS_OS_PROTO_LL128 ? 8u : 1u);
+  return clampGrid((threads + (uint64_t)L->gthreads - 1) / (uint64_t)L->gthreads, cap_blocks);
+}
+
+int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                           const dpsOsOutputs* out, const int32_t* predict,
+                           const int32_t* accept_index, const int32_t* accept_length, int pad_bs,
+                           dpsOsGatherArgs* args) {
+  const long long reqs = pad_bs / L->tp;
+  memset(args, 0, sizeof *args);
+  args->op = DPS_OS_OP_GATHER_OUTPUTS;
+  args->nseg = 3;
+  args->in[0] = (const uint32_t*)predict;
+  args->in[1] = (const uint32_t*)accept_index;
+  args->in[2] = (const uint32_t*)accept_length;
+  args->out[0] = (uint32_t*)out->predict;
+  args->out[1] = (uint32_t*)out->accept_index;
+  args->out[2] = (uint32_t*)out->accept_length;
+  args->count[0] = reqs * L->n;
+  args->count[1] = reqs * L->n;
+  args->count[2] = reqs;
+  return planGather(L, c, a, L->off_gout, L->cap_out, args);
+}
+
+int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                            const dpsOsOutputs* out, const float* in, int pad_bs,
+                            dpsOsGatherArgs* args) {
+  const long long reqs = pad_bs / L->tp;
+  memset(args, 0, sizeof *args);
+  args->op = DPS_OS_OP_GATHER_LOGPROBS;
+  args->nseg = 1;
+  /* one segment: the unused slots repeat it (count 0), so that the kernels'
+   * segment selects never form a pointer from NULL */
+  args->in[0] = args->in[1] = args->in[2] = (const uint32_t*)in;
+  args->out[0] = args->out[1] = args->out[2] = (uint32_t*)out->logprobs;
+  args->count[0] = reqs * L->n;
+  return planGather(L, c, a, L->off_glp, L->cap_lp, args);
+}
+
+int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                           const dpsOsOutputs* out, dpsOsGatherArgs* args) {
+  memset(args, 0, sizeof *args);
+  args->op = DPS_OS_OP_GATHER_LOGPROBS;
+  args->nseg = 1;
+  args->in[0] = args->in[1] = args->in[2] = out->close_in;
+  args->out[0] = args->out[1] = args->out[2] = out->close_out;
+  args->count[0] = 1;
+  return planGather(L, c, a, L->off_glp, L->cap_lp, args);
+}

@@ -1,0 +1,131 @@
+/* Host-side planning of the onesided backend, plain C, no NCCL: the memory
+ * layout and capacities from the configuration, the kernels' common
+ * arguments from the windows' addresses, and for every call the kernel
+ * arguments and launch plan (swap path LL/direct, vector width, grid;
+ * gather staging offsets and grid) from the shape and the pointers.
+ *
+ * One copy, used by backends/onesided_backend.c (whose NCCL window setup
+ * only supplies the addresses) and by the virtual-rank tests
+ * (tests/gpu/test_gpu_virtual_ranks.c), which give it cudaMalloc pointers
+ * of tp ranks on one device. Nothing here allocates or talks to a device.
+ *
+ * Memory (per rank):
+ *  window A (creation, dtype independent), zeroed, symmetric:
+ *    [flags]  u64 ready[maxb][tp], done[maxb][tp]        (swap direct path)
+ *    [fail]   u64 fail[DPS_OS_MAX_RANKS]
+ *    [gout]   gather_verify_outputs staging  [2][tp][cap_out] lines
+ *    [glp]    gather_verify_logprobs staging [2][tp][cap_lp]  lines
+ *             (lines of the gather protocol: LL 16 B, LL128 128 B)
+ *  window B (prepare, once the dtype is fixed), symmetric:
+ *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
+ *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
+ *  verify outputs (plain device memory, one allocation of out_bytes):
+ *    predict [max_pad_bs*N] | accept_index [max_pad_bs*N] |
+ *    logprobs [max_pad_bs*N] | accept_length [max_pad_bs] | the close
+ *    exchange's words (1 + DPS_OS_MAX_RANKS u32), each segment rounded up to
+ *    256 bytes.
+ */
+#ifndef DPS_ONESIDED_PLAN_H_
+#define DPS_ONESIDED_PLAN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpsampling.h"
+#include "kernels/onesided_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of a per-peer chunk per direct-path swap block, lines per LL block. */
+#define DPS_OS_DIRECT_BYTES_PER_BLOCK ((uint64_t)32 * 1024)
+#define DPS_OS_LL_LINES_PER_BLOCK 1024
+
+typedef struct {
+  /* inputs: the configuration and what the ranks agreed on */
+  int tp, rank;
+  int n;             /* tokens per request */
+  int max_pad_bs;
+  int64_t vocab;
+  int maxb;          /* agreed grid cap (swap flag stride) */
+  uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
+  int gproto;        /* agreed gather protocol, DPS_OS_PROTO_* */
+  int gthreads;      /* gather block size */
+  /* derived by dpsOsLayoutInit */
+  int max_reqs;                /* max_pad_bs / tp */
+  size_t out_seg, out_segl;    /* verify output segments (see above) */
+  size_t out_bytes;
+  int64_t cap_out, cap_lp;     /* gather staging lines per (parity, src) */
+  size_t off_fail, off_gout, off_glp;
+  size_t bytes_a;              /* window A bytes before the allocation's rounding */
+  /* derived by dpsOsLayoutPrepare */
+  size_t esize;
+  int64_t cap_sw;              /* swap LL staging lines per (parity, src) */
+  size_t off_swll;
+  size_t bytes_b;
+} dpsOsLayout;
+
+/* Fills the creation part of the layout from its inputs. dpsInvalidArgument
+ * (message set) when max_pad_bs*N overflows. */
+dpsResult_t dpsOsLayoutInit(dpsOsLayout* L);
+
+/* Fills the swap window's part for element size esize. dpsInvalidArgument
+ * (message set) when the swap output size overflows. */
+dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize);
+
+/* A window's local base and every rank's address of it (peer[rank] is the
+ * local one). */
+typedef struct {
+  char* base;
+  char* peer[DPS_OS_MAX_RANKS];
+} dpsOsWindows;
+
+/* The verify outputs inside their allocation `base` (out_bytes). */
+typedef struct {
+  int32_t* predict;
+  int32_t* accept_index;
+  int32_t* accept_length;
+  float* logprobs;
+  uint32_t* close_in;  /* this rank's health word for the close exchange (0 = healthy) */
+  uint32_t* close_out; /* [tp] every rank's health word, after the close exchange */
+} dpsOsOutputs;
+dpsOsOutputs dpsOsOutputsAt(const dpsOsLayout* L, void* base);
+
+/* The kernels' common arguments, fixed once window A exists. */
+dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
+                            unsigned long long* host_err_dev, int timeout_ms, int pdl);
+
+/* One swap call: path 1 = LL, 0 = direct; width: vector/unit bytes. */
+typedef struct {
+  int path, width, grid;
+} dpsOsSwapPlan;
+
+/* Fills the swap kernel's arguments and plan for input `in` and pad_bs (the
+ * core checked both). a: window A (flags), b: window B (output, staging). */
+void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                   const dpsOsWindows* b, const void* in, int pad_bs, dpsOsSwapArgs* args,
+                   dpsOsSwapPlan* plan);
+
+/* Fill a gather's arguments; return its grid (launch with L->gproto and
+ * L->gthreads). The grid depends only on the capacity (max_pad_bs), never
+ * on this call's pad_bs. */
+int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                           const dpsOsOutputs* out, const int32_t* predict,
+                           const int32_t* accept_index, const int32_t* accept_length, int pad_bs,
+                           dpsOsGatherArgs* args);
+int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                            const dpsOsOutputs* out, const float* in, int pad_bs,
+                            dpsOsGatherArgs* args);
+
+/* dpsCommClose's health exchange: one more logprobs-gather call (the same
+ * staging, kernel and epoch sequence, which every rank runs at the same
+ * point) of one word per rank, close_in -> close_out[src]. Returns its grid. */
+int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                           const dpsOsOutputs* out, dpsOsGatherArgs* args);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPS_ONESIDED_PLAN_H_ */
