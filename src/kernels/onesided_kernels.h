@@ -36,7 +36,9 @@ enum {
   DPS_OS_OP_SWAP = 0,
   DPS_OS_OP_GATHER_OUTPUTS = 1,
   DPS_OS_OP_GATHER_LOGPROBS = 2,
-  DPS_OS_NUM_OPS = 3
+  DPS_OS_OP_ARGMAX = 3, /* kernels/select.cu */
+  DPS_OS_OP_TOPK = 4,
+  DPS_OS_NUM_OPS = 5
 };
 
 /* What a timed-out kernel was waiting for. */
@@ -62,9 +64,9 @@ enum {
 
 /* Local (not symmetric) device state, zeroed at creation. */
 typedef struct {
-  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op (swap) */
+  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op (swap, select) */
   unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
-  unsigned int pad_;
+  unsigned int pad_[3];
   unsigned long long err;                   /* first failure wins (atomicCAS) */
   /* gathers: epochs claimed by block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b]
    * (claimBlockEpoch) */

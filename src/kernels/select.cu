@@ -1,0 +1,571 @@
+/* Distributed argmax and top-k: the local pass over a rank's vocab shard and
+ * the merge of every rank's candidates (interface: select_kernels.h).
+ *
+ * Order everywhere: larger value first, then lower global index (then lower
+ * source rank, which only separates the {-inf, 0xffffffff} fillers). NaN is
+ * read as -inf. The comparisons run on 32-bit order keys (orderKey), so that
+ * -0.0 < +0.0 as in a sort, and every comparison is exact.
+ *
+ * Argmax local pass: a row is cut into `chunks` column ranges, one block
+ * each; a block reduces its range (vector loads where the row's alignment
+ * allows), the last block of a row (atomic ticket) folds the partials and
+ * emits the row's candidate. The logsumexp is an online (m, s) pair.
+ *
+ * Top-k local pass, one block per row:
+ *  1. every thread keeps the maximum of its strided elements; the k-th
+ *     largest of those thread maxima, t, is a lower bound of the row's k-th
+ *     largest value (the maxima are distinct elements);
+ *  2. the elements >= t (a few times k for real logits) are collected in
+ *     shared memory and sorted (bitonic) by (value desc, index asc);
+ *  3. if more than SEL_CAND of them (many ties), a binary search over the
+ *     order keys finds the exact k-th key T, and the selection is every key
+ *     > T plus the lowest-index keys == T, collected in index order.
+ *
+ * Exchange: LL lines (two words, the flag in each 8-byte half) into every
+ * rank's staging; the merge kernel polls them with the onesided timeout.
+ * The local kernel's epoch comes from dpsOsDevState.epoch[op] (read after
+ * the PDL wait, published by its last block); the merge kernel, which runs
+ * after it on the stream, reads the published value. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "kernels/select_kernels.h"
+
+using namespace dpsos;
+
+namespace {
+
+constexpr int ARGMAX_THREADS = 512;
+constexpr int TOPK_THREADS = 512;
+constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
+constexpr uint32_t NO_INDEX = 0xffffffffu;
+constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
+
+__device__ __forceinline__ float loadValue(const void* base, long long i, int dtype) {
+  if (dtype == 1) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
+  if (dtype == 2) return __half2float(reinterpret_cast<const __half*>(base)[i]);
+  return reinterpret_cast<const float*>(base)[i];
+}
+
+__device__ __forceinline__ float noNan(float v) { return v != v ? -INFINITY : v; }
+
+__device__ __forceinline__ uint32_t orderKey(float v) {
+  const uint32_t u = __float_as_uint(noNan(v));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float keyValue(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* (key, index) pairs packed so that a larger u64 is better: key high, the
+ * index inverted low (lower index wins a tie). */
+__device__ __forceinline__ u64 packKI(uint32_t key, uint32_t idx) {
+  return ((u64)key << 32) | (u64)(~idx);
+}
+__device__ __forceinline__ uint32_t packedKey(u64 p) { return (uint32_t)(p >> 32); }
+__device__ __forceinline__ uint32_t packedIdx(u64 p) { return ~(uint32_t)p; }
+
+__device__ __forceinline__ void storeValue(void* out, long long i, float v, int dtype) {
+  if (dtype == 1) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+  else if (dtype == 2) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+  else reinterpret_cast<float*>(out)[i] = v;
+}
+
+/* ---- logsumexp as an online (m, s) pair ------------------------------------- */
+struct Lse {
+  float m, s;
+  __device__ Lse() : m(-INFINITY), s(0.f) {}
+  __device__ __forceinline__ void add(float v) { /* v raw: NaN propagates into s */
+    if (v > m) {
+      s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+      m = v;
+    } else {
+      s += v == m ? 1.f : expf(v - m);
+    }
+  }
+  __device__ __forceinline__ void merge(float m2, float s2) {
+    const float mm = fmaxf(m, m2);
+    if (mm == -INFINITY) { /* both empty or all -inf: keep s (counts or NaN) */
+      s = s + s2;
+      return;
+    }
+    const float a = m == mm ? s : s * expf(m - mm);
+    const float b = m2 == mm ? s2 : s2 * expf(m2 - mm);
+    s = a + b;
+    m = mm;
+  }
+  __device__ __forceinline__ float value() const {
+    if (s != s) return s;
+    if (m == -INFINITY) return -INFINITY;
+    return m + logf(s);
+  }
+};
+
+/* argmax state: best packed (key, index) + Lse */
+struct ArgState {
+  u64 best;
+  Lse lse;
+};
+
+__device__ __forceinline__ void argAdd(ArgState& st, float v, uint32_t idx, bool lse) {
+  const u64 p = packKI(orderKey(v), idx);
+  st.best = p > st.best ? p : st.best;
+  if (lse) st.lse.add(v);
+}
+
+__device__ __forceinline__ void argMerge(ArgState& st, u64 best, float m, float s, bool lse) {
+  st.best = best > st.best ? best : st.best;
+  if (lse) st.lse.merge(m, s);
+}
+
+/* Block-wide fold of ArgState into thread 0's. */
+template <int THREADS>
+__device__ __forceinline__ void blockArgReduce(ArgState& st, bool lse) {
+  __shared__ u64 s_best[THREADS / 32];
+  __shared__ float s_m[THREADS / 32], s_s[THREADS / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const u64 b = __shfl_down_sync(0xffffffffu, st.best, o);
+    const float m = __shfl_down_sync(0xffffffffu, st.lse.m, o);
+    const float s = __shfl_down_sync(0xffffffffu, st.lse.s, o);
+    argMerge(st, b, m, s, lse);
+  }
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    s_best[w] = st.best;
+    s_m[w] = st.lse.m;
+    s_s[w] = st.lse.s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 1; i < THREADS / 32; ++i) argMerge(st, s_best[i], s_m[i], s_s[i], lse);
+}
+
+/* ---- emitting a row's result ------------------------------------------------- */
+/* Writes words [0, nwords) of row `row`'s payload (LL: lines of two words). */
+__device__ __forceinline__ void emitWords(const dpsSelLocalArgs& a, long long row,
+                                          const uint32_t* w, int nwords, uint32_t flag,
+                                          int parity) {
+  if (a.sink == DPS_SEL_SINK_PLAIN) {
+    for (int i = 0; i < nwords; ++i) a.cand[row * nwords + i] = w[i];
+    return;
+  }
+  const int lines = nwords / 2;
+  for (int l = 0; l < lines; ++l) {
+    const size_t off = DPS_OS_LL_OFFSET(parity, a.c.rank, row * lines + l, a.c.tp, a.cap);
+    for (int r = 0; r < a.c.tp; ++r) stLine(a.stage_peer.p[r] + off, w[2 * l], w[2 * l + 1], flag);
+  }
+}
+
+/* ---- argmax local pass --------------------------------------------------------- */
+template <int W> /* vector width in elements for the interior */
+__device__ __forceinline__ void argScanRange(ArgState& st, const char* rowp, int esize,
+                                             int dtype, long long from, long long to,
+                                             long long col0, bool lse) {
+  for (long long j = from + threadIdx.x; j < to; j += blockDim.x)
+    argAdd(st, loadValue(rowp, j, dtype), (uint32_t)(col0 + j), lse);
+  (void)esize;
+}
+
+/* Reduces columns [from, to) of the row: a scalar head up to 16-byte
+ * alignment, 16-byte vectors, a scalar tail. */
+__device__ void argScan(ArgState& st, const char* rowp, int dtype, long long from, long long to,
+                        long long col0, bool lse) {
+  const int esize = dtype == 0 ? 4 : 2;
+  const int per = 16 / esize;
+  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
+  long long head = (long long)(((16u - (a0 & 15u)) & 15u) / (unsigned)esize);
+  if ((a0 & (uintptr_t)(esize - 1)) != 0) head = to - from; /* cannot happen: aligned */
+  if (head > to - from) head = to - from;
+  argScanRange<1>(st, rowp, esize, dtype, from, from + head, col0, lse);
+  const long long vfrom = from + head;
+  const long long nvec = (to - vfrom) / per;
+  const uint4* v = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  for (long long i = threadIdx.x; i < nvec; i += blockDim.x) {
+    const uint4 q = __ldg(v + i);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    const long long j0 = vfrom + i * per;
+    if (dtype == 0) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) argAdd(st, __uint_as_float(words[t]), (uint32_t)(col0 + j0 + t), lse);
+    } else {
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const unsigned short h = (unsigned short)(words[t >> 1] >> (16 * (t & 1)));
+        const float f = dtype == 1 ? __bfloat162float(__ushort_as_bfloat16(h))
+                                   : __half2float(__ushort_as_half(h));
+        argAdd(st, f, (uint32_t)(col0 + j0 + t), lse);
+      }
+    }
+  }
+  argScanRange<1>(st, rowp, esize, dtype, vfrom + nvec * per, to, col0, lse);
+}
+
+__global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalArgs a) {
+  const long long row = blockIdx.x / a.chunks;
+  const int chunk = (int)(blockIdx.x % a.chunks);
+  const bool lse = a.want_lse != 0;
+  const bool ll = a.sink == DPS_SEL_SINK_LL;
+  dpsPdlWait();
+  u64 e = 0;
+  if (ll) {
+    e = beginEpoch(a.c, a.op);
+    if (e == 0) return; /* failed earlier */
+  }
+  ArgState st;
+  st.best = packKI(orderKey(-INFINITY), (uint32_t)0); /* nothing beats -inf: index 0 */
+  const int esize = a.dtype == 0 ? 4 : 2;
+  const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
+  const long long per = (a.nvalid + a.chunks - 1) / a.chunks;
+  const long long from = (long long)chunk * per;
+  const long long to = from + per < a.nvalid ? from + per : a.nvalid;
+  if (from < to) argScan(st, rowp, a.dtype, from, to, a.col0, lse);
+  blockArgReduce<ARGMAX_THREADS>(st, lse);
+
+  __shared__ int s_last;
+  if (a.chunks > 1) {
+    if (threadIdx.x == 0) {
+      uint32_t* p = a.partial + ((size_t)row * a.chunks + chunk) * 4;
+      p[0] = (uint32_t)(st.best >> 32);
+      p[1] = (uint32_t)st.best;
+      p[2] = __float_as_uint(st.lse.m);
+      p[3] = __float_as_uint(st.lse.s);
+      __threadfence();
+      const unsigned t = atomicAdd(&a.tickets[row], 1u);
+      s_last = t == (unsigned)a.chunks - 1;
+    }
+    __syncthreads();
+    if (!s_last) {
+      if (ll) finishEpoch(a.c, a.op, e);
+      return;
+    }
+    if (threadIdx.x == 0) {
+      __threadfence();
+      a.tickets[row] = 0;
+      for (int c2 = 0; c2 < a.chunks; ++c2) {
+        if (c2 == chunk) continue;
+        const volatile uint32_t* p = a.partial + ((size_t)row * a.chunks + c2) * 4;
+        const u64 b = ((u64)p[0] << 32) | p[1];
+        argMerge(st, b, __uint_as_float(p[2]), __uint_as_float(p[3]), lse);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    const uint32_t key = packedKey(st.best), idx = packedIdx(st.best);
+    const float v = keyValue(key);
+    if (a.sink == DPS_SEL_SINK_FINAL) {
+      a.out.index[row] = (int64_t)idx;
+      if (a.out.value) storeValue(a.out.value, row, v, a.dtype);
+      if (a.out.lse) a.out.lse[row] = st.lse.value();
+    } else {
+      const uint32_t w[4] = {__float_as_uint(v), idx, __float_as_uint(st.lse.m),
+                             __float_as_uint(st.lse.s)};
+      emitWords(a, row, w, 4, llFlag(e), (int)(e & 1));
+    }
+  }
+  if (ll) finishEpoch(a.c, a.op, e);
+}
+
+/* ---- top-k local pass ------------------------------------------------------------ */
+/* Bitonic sort of n (a power of two) packed pairs in shared memory, best first. */
+__device__ void bitonicDesc(u64* v, int n) {
+  for (int size = 2; size <= n; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < n / 2; i += blockDim.x) {
+        const int lo = 2 * i - (i & (stride - 1));
+        const int hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const u64 x = v[lo], y = v[hi];
+        if ((x < y) == desc) {
+          v[lo] = y;
+          v[hi] = x;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+/* Sum of `x` over the block (every thread gets it). */
+__device__ __forceinline__ long long blockSum(long long x) {
+  __shared__ long long s_part[TOPK_THREADS / 32];
+  __shared__ long long s_tot;
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+  if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long t = 0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) t += s_part[i];
+    s_tot = t;
+  }
+  __syncthreads();
+  const long long r = s_tot;
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype) {
+  return orderKey(loadValue(rowp, j, dtype));
+}
+
+/* Number of keys >= x among the row's valid columns. */
+__device__ long long countGe(const char* rowp, int dtype, long long n, uint32_t x) {
+  long long c = 0;
+  for (long long j = threadIdx.x; j < n; j += blockDim.x) c += keyAt(rowp, j, dtype) >= x;
+  return blockSum(c);
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs a) {
+  __shared__ u64 s_cand[SEL_CAND];
+  __shared__ int s_count;
+  __shared__ uint32_t s_thresh;
+  const long long row = blockIdx.x;
+  const int k = a.k;
+  const bool ll = a.sink == DPS_SEL_SINK_LL;
+  dpsPdlWait();
+  u64 e = 0;
+  if (ll) {
+    e = beginEpoch(a.c, a.op);
+    if (e == 0) return;
+  }
+  const int esize = a.dtype == 0 ? 4 : 2;
+  const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
+  const long long n = a.nvalid;
+
+  /* 1. thread maxima (KEY_NONE for a thread without elements) */
+  uint32_t tmax = KEY_NONE;
+  for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+    const uint32_t kk = keyAt(rowp, j, a.dtype);
+    tmax = kk > tmax ? kk : tmax;
+  }
+  /* the k-th largest thread maximum: sort the maxima (keys only) */
+  s_cand[threadIdx.x] = (u64)tmax;
+  for (int i = TOPK_THREADS + threadIdx.x; i < TOPK_THREADS; i += blockDim.x) s_cand[i] = 0;
+  bitonicDesc(s_cand, TOPK_THREADS);
+  if (threadIdx.x == 0) {
+    s_thresh = (uint32_t)s_cand[k - 1];
+    s_count = 0;
+  }
+  __syncthreads();
+  uint32_t t = s_thresh; /* >= k elements have key >= t (t may be KEY_NONE: all of them) */
+
+  /* 2. collect the elements >= t */
+  for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+    const uint32_t kk = keyAt(rowp, j, a.dtype);
+    if (kk >= t) {
+      const int slot = atomicAdd(&s_count, 1);
+      if (slot < SEL_CAND) s_cand[slot] = packKI(kk, (uint32_t)(a.col0 + j));
+    }
+  }
+  __syncthreads();
+  int count = s_count;
+  __syncthreads();
+
+  if (count > SEL_CAND) {
+    /* 3. many ties: the exact k-th key T by binary search, then every key > T
+     * and the lowest-index keys == T in index order */
+    uint64_t lo = t, hi = 0x100000000ull; /* count(>= lo) >= k > count(>= hi) */
+    while (hi - lo > 1) {
+      const uint64_t mid = (lo + hi) / 2;
+      if (countGe(rowp, a.dtype, n, (uint32_t)mid) >= k) lo = mid;
+      else hi = mid;
+    }
+    const uint32_t T = (uint32_t)lo;
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+      const uint32_t kk = keyAt(rowp, j, a.dtype);
+      if (kk > T) s_cand[atomicAdd(&s_count, 1)] = packKI(kk, (uint32_t)(a.col0 + j));
+    }
+    __syncthreads();
+    int have = s_count; /* < k */
+    __syncthreads();
+    __shared__ int s_warp[TOPK_THREADS / 32];
+    for (long long base = 0; base < n && have < k; base += blockDim.x) {
+      const long long j = base + threadIdx.x;
+      const bool eq = j < n && keyAt(rowp, j, a.dtype) == T;
+      const unsigned bal = __ballot_sync(0xffffffffu, eq);
+      const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+      if (lane == 0) s_warp[w] = __popc(bal);
+      __syncthreads();
+      int before = 0, total = 0;
+      for (int i = 0; i < (int)(blockDim.x >> 5); ++i) {
+        before += i < w ? s_warp[i] : 0;
+        total += s_warp[i];
+      }
+      const int pos = have + before + __popc(bal & ((1u << lane) - 1u));
+      if (eq && pos < k) s_cand[pos] = packKI(T, (uint32_t)(a.col0 + j));
+      __syncthreads();
+      have += total;
+    }
+    count = k;
+  }
+
+  /* sort the candidates, fillers last */
+  int m = 1;
+  while (m < count || m < k) m <<= 1;
+  for (int i = count + threadIdx.x; i < m; i += blockDim.x) s_cand[i] = packKI(KEY_NONE, NO_INDEX);
+  bitonicDesc(s_cand, m);
+
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    const u64 p = s_cand[j];
+    const uint32_t key = packedKey(p), idx = packedIdx(p);
+    const float v = key == KEY_NONE ? -INFINITY : keyValue(key);
+    if (a.sink == DPS_SEL_SINK_FINAL) {
+      a.out.index[row * k + j] = (int64_t)idx;
+      if (a.out.value) storeValue(a.out.value, row * k + j, v, a.dtype);
+    } else if (a.sink == DPS_SEL_SINK_PLAIN) {
+      a.cand[(row * k + j) * 2] = __float_as_uint(v);
+      a.cand[(row * k + j) * 2 + 1] = idx;
+    } else {
+      const size_t off = DPS_OS_LL_OFFSET((int)(e & 1), a.c.rank, row * k + j, a.c.tp, a.cap);
+      const uint32_t flag = llFlag(e);
+      for (int r = 0; r < a.c.tp; ++r) stLine(a.stage_peer.p[r] + off, __float_as_uint(v), idx, flag);
+    }
+  }
+  if (ll) finishEpoch(a.c, a.op, e);
+}
+
+/* ---- merge --------------------------------------------------------------------- */
+/* Words (w0, w1) of line `line` from rank src: plain, or LL with a wait.
+ * false when the wait gave up (the cause is recorded). */
+__device__ __forceinline__ bool fetchPair(const dpsSelMergeArgs& a, int src, long long line,
+                                          int words_per_row, uint32_t flag, int parity, u64 t0,
+                                          uint32_t* w0, uint32_t* w1) {
+  if (!a.ll) {
+    const uint32_t* p = a.gathered + ((size_t)src * (size_t)a.rows * words_per_row) + line * 2;
+    *w0 = p[0];
+    *w1 = p[1];
+    return true;
+  }
+  const char* pl = a.stage + DPS_OS_LL_OFFSET(parity, src, line, a.c.tp, a.cap);
+  unsigned n = 0;
+  uint4 v = ldLine(pl);
+  while (v.y != flag || v.w != flag) {
+    if ((++n & 127u) == 0 && spinExpired(a.c, t0, a.op, src, DPS_OS_WAIT_DATA)) return false;
+    v = ldLine(pl);
+  }
+  *w0 = v.x;
+  *w1 = v.z;
+  return true;
+}
+
+__device__ __forceinline__ u64 mergeEpoch(const dpsSelMergeArgs& a) {
+  if (!a.ll) return 1;
+  if (ldVolatile(&a.c.state->err) != 0) return 0;
+  return ldVolatile(&a.c.state->epoch[a.op]);
+}
+
+/* One thread per row. */
+__global__ void argmaxMergeKernel(dpsSelMergeArgs a) {
+  dpsPdlWait();
+  const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 e = mergeEpoch(a);
+  if (e == 0 || row >= a.rows) return;
+  const uint32_t flag = llFlag(e);
+  const int parity = (int)(e & 1);
+  const u64 t0 = globalTimer();
+  const bool lse = a.want_lse != 0;
+  ArgState st;
+  st.best = packKI(orderKey(-INFINITY), 0u);
+  for (int src = 0; src < a.tp; ++src) {
+    uint32_t w[4];
+    if (!fetchPair(a, src, row * 2, 4, flag, parity, t0, &w[0], &w[1]) ||
+        !fetchPair(a, src, row * 2 + 1, 4, flag, parity, t0, &w[2], &w[3]))
+      return;
+    argMerge(st, packKI(orderKey(__uint_as_float(w[0])), w[1]), __uint_as_float(w[2]),
+             __uint_as_float(w[3]), lse);
+  }
+  a.out.index[row] = (int64_t)packedIdx(st.best);
+  if (a.out.value) storeValue(a.out.value, row, keyValue(packedKey(st.best)), a.dtype);
+  if (a.out.lse) a.out.lse[row] = st.lse.value();
+}
+
+/* One warp per row: every rank's list (sorted) goes to shared memory, then
+ * each candidate's place in the merged order is its place in its own list
+ * plus, for every other list, how many of that list's entries beat it
+ * (binary search); places below k are written out. */
+constexpr int MERGE_WARPS = 4;
+__global__ void __launch_bounds__(MERGE_WARPS * 32) topkMergeKernel(dpsSelMergeArgs a) {
+  __shared__ u64 s_list[MERGE_WARPS][DPS_OS_MAX_RANKS * DPS_TOPK_MAX];
+  dpsPdlWait();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * MERGE_WARPS + warp;
+  const u64 e = mergeEpoch(a);
+  if (e == 0 || row >= a.rows) return;
+  const int k = a.k, tp = a.tp;
+  const uint32_t flag = llFlag(e);
+  const int parity = (int)(e & 1);
+  const u64 t0 = globalTimer();
+  u64* L = s_list[warp];
+  int bad = 0;
+  for (int i = lane; i < tp * k; i += 32) {
+    const int src = i / k, j = i % k;
+    uint32_t v, idx;
+    if (!fetchPair(a, src, row * k + j, 2 * k, flag, parity, t0, &v, &idx)) {
+      bad = 1;
+      break;
+    }
+    /* fillers {-inf, 0xffffffff}: below every real entry */
+    const uint32_t key = idx == NO_INDEX ? KEY_NONE : orderKey(__uint_as_float(v));
+    L[i] = packKI(key, idx);
+  }
+  if (__any_sync(0xffffffffu, bad)) return;
+  __syncwarp();
+  for (int i = lane; i < tp * k; i += 32) {
+    const int src = i / k, j = i % k;
+    const u64 me = L[i];
+    long long place = j;
+    for (int o = 0; o < tp; ++o) {
+      if (o == src) continue;
+      /* entries of list o better than me; equal packs (fillers) break by rank */
+      const u64* lo = L + o * k;
+      int l = 0, h = k;
+      while (l < h) {
+        const int mid = (l + h) >> 1;
+        const bool better = lo[mid] > me || (lo[mid] == me && o < src);
+        if (better) l = mid + 1;
+        else h = mid;
+      }
+      place += l;
+    }
+    if (place < k) {
+      const uint32_t key = packedKey(me);
+      a.out.index[row * k + place] = (int64_t)packedIdx(me);
+      if (a.out.value)
+        storeValue(a.out.value, row * k + place, key == KEY_NONE ? -INFINITY : keyValue(key),
+                   a.dtype);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" cudaError_t dpsLaunchArgmaxLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
+  const long long blocks = a->rows * (long long)a->chunks;
+  return dpsLaunch(argmaxLocalKernel, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream, a->pdl,
+                   *a);
+}
+
+extern "C" cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
+  return dpsLaunch(topkLocalKernel, dim3((unsigned)a->rows), dim3(TOPK_THREADS), stream, a->pdl,
+                   *a);
+}
+
+extern "C" cudaError_t dpsLaunchArgmaxMerge(const dpsSelMergeArgs* a, cudaStream_t stream) {
+  const unsigned threads = 128;
+  const unsigned grid = (unsigned)((a->rows + threads - 1) / threads);
+  return dpsLaunch(argmaxMergeKernel, dim3(grid), dim3(threads), stream, a->pdl, *a);
+}
+
+extern "C" cudaError_t dpsLaunchTopkMerge(const dpsSelMergeArgs* a, cudaStream_t stream) {
+  const unsigned grid = (unsigned)((a->rows + MERGE_WARPS - 1) / MERGE_WARPS);
+  return dpsLaunch(topkMergeKernel, dim3(grid), dim3(MERGE_WARPS * 32), stream, a->pdl, *a);
+}
+
+extern "C" cudaError_t dpsPreloadSelectKernels(void) {
+  const void* const k[] = {(const void*)argmaxLocalKernel, (const void*)topkLocalKernel,
+                           (const void*)argmaxMergeKernel, (const void*)topkMergeKernel};
+  return dpsPreload(k, 4);
+}
