@@ -71,7 +71,8 @@ def test_import_exports():
     assert _onesided_available is onesided_available
     assert dpsampling._dpsampling.version() == dpsampling._dpsampling.HEADER_VERSION
     info = dpsampling.build_info()
-    assert info["library_version"] == 100
+    major, minor, patch = (int(x) for x in dpsampling.__version__.split("."))
+    assert info["library_version"] == major * 10000 + minor * 100 + patch == 200
 
 
 def test_import_does_not_import_torch():
