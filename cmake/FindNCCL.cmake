@@ -11,7 +11,15 @@ if(DEFINED ENV{NCCL_HOME})
   list(APPEND _nccl_hints $ENV{NCCL_HOME})
 endif()
 if(NOT _nccl_hints AND DPS_NCCL_FROM_PIP)
-  find_program(_dps_python NAMES python3 python)
+  # The Python that builds (scikit-build-core and FindPython set these; in an
+  # isolated pip build only that one sees the build requirements).
+  if(Python3_EXECUTABLE)
+    set(_dps_python ${Python3_EXECUTABLE})
+  elseif(Python_EXECUTABLE)
+    set(_dps_python ${Python_EXECUTABLE})
+  else()
+    find_program(_dps_python NAMES python3 python)
+  endif()
   if(_dps_python)
     execute_process(COMMAND ${_dps_python} -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])"
       OUTPUT_VARIABLE _pip_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _rc)
@@ -41,8 +49,10 @@ if(NCCL_INCLUDE_DIR AND EXISTS ${NCCL_INCLUDE_DIR}/nccl.h)
   set(NCCL_VERSION "${_ma}.${_mi}.${_pa}")
 endif()
 include(FindPackageHandleStandardArgs)
+# NAME_MISMATCHED: this file is also included by the installed
+# dpsamplingConfig.cmake, i.e. from find_package(dpsampling).
 find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_INCLUDE_DIR NCCL_LIBRARY
-  VERSION_VAR NCCL_VERSION)
+  VERSION_VAR NCCL_VERSION NAME_MISMATCHED)
 if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
   add_library(NCCL::nccl UNKNOWN IMPORTED)
   set_target_properties(NCCL::nccl PROPERTIES

@@ -18,14 +18,46 @@ import os
 import sys
 import threading
 
-from . import _dpsampling as _C
+
+def _import_extension():
+    """The C extension. Its RUNPATH finds libnccl.so.2 and libcudart.so.13 of
+    the nvidia-nccl-cu13 and nvidia-cuda-runtime wheels next to this package;
+    when the package lives elsewhere (pip install --target, a build tree),
+    load those wheels' libraries first, as torch does."""
+    try:
+        from . import _dpsampling
+    except ImportError as e:
+        if "libnccl" not in str(e) and "libcudart" not in str(e):
+            raise
+        import ctypes
+        import importlib
+
+        for mod, lib in (("nvidia.nccl", "libnccl.so.2"), ("nvidia.cu13", "libcudart.so.13")):
+            try:
+                m = importlib.import_module(mod)
+                base = os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0]
+                ctypes.CDLL(os.path.join(base, "lib", lib), mode=ctypes.RTLD_GLOBAL)
+            except (ImportError, OSError):
+                pass  # not installed: the retry below says what is missing
+        try:
+            from . import _dpsampling
+        except ImportError as e2:
+            raise ImportError(
+                f"dpsampling cannot load its libraries ({e2}); install the wheels they come "
+                "from: pip install 'nvidia-nccl-cu13>=2.28.9,<2.29' "
+                "'nvidia-cuda-runtime>=13.0,<14' (torch's CUDA 13 builds depend on both)"
+            ) from e
+    return _dpsampling
+
+
+_C = _import_extension()
 
 try:  # generated at build time
     from . import _build_info as _build_info
 except ImportError:  # pragma: no cover
     _build_info = None
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DpSamplingComm",
@@ -117,9 +149,20 @@ def _backend_code(backend):
     return _C.parse_backend(backend)  # ValueError
 
 
-def _torch():
-    import torch  # lazily: torch is a run-time dependency only
+_TORCH_MISSING = (
+    "dpsampling needs PyTorch for tensors and communicators, and it is not installed: "
+    "pip install 'dpsampling[torch]' (or a CUDA 13 build of torch, e.g. "
+    "pip install torch --index-url https://download.pytorch.org/whl/cu130)"
+)
 
+
+def _torch():
+    try:
+        import torch  # lazily: torch is a run-time dependency only
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise ModuleNotFoundError(_TORCH_MISSING, name="torch") from None
     return torch
 
 
@@ -333,6 +376,10 @@ class DpSamplingComm(_C.Comm):
     """One dpsampling communicator over `group` (a tuple of global ranks).
 
     Collective: every rank of the group constructs it with the same arguments.
+    max_pad_bs and vocab_size are required (keyword-only, like every argument
+    after group). timeout_ms: how long a one-sided kernel waits for a peer
+    before the communicator fails with a timeout; None (or 0) takes
+    DPSAMPLING_TIMEOUT_MS from the environment, else 5000.
     Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
     gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
     gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
@@ -345,28 +392,34 @@ class DpSamplingComm(_C.Comm):
         tp_size,
         rank,
         group=None,
-        max_pad_bs=None,
+        *,
+        max_pad_bs,
         num_tokens_per_req=1,
-        vocab_size=None,
+        vocab_size,
         logits_dtype=None,
         backend="auto",
         fallback_comm_backend=None,
+        timeout_ms=None,
     ):
-        if max_pad_bs is None:
-            raise TypeError("DpSamplingComm() missing required argument 'max_pad_bs'")
-        if vocab_size is None:
-            raise TypeError("DpSamplingComm() missing required argument 'vocab_size'")
         tp_size = _int_arg("tp_size", tp_size)
         rank = _int_arg("rank", rank)
         max_pad_bs = _int_arg("max_pad_bs", max_pad_bs)
         num_tokens_per_req = _int_arg("num_tokens_per_req", num_tokens_per_req)
         vocab_size = _int_arg("vocab_size", vocab_size, _INT64_MAX)
+        timeout_ms = 0 if timeout_ms is None else _int_arg("timeout_ms", timeout_ms)
         dtype_code = _C.dtype_code(logits_dtype, "logits_dtype", True)  # TypeError
         backend_code = _backend_code(backend)  # ValueError
         # Configuration rules and the environment override: ValueError before
         # any torch or GPU use.
         _C.config_check(
-            tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size, dtype_code, backend_code
+            tp_size,
+            rank,
+            max_pad_bs,
+            num_tokens_per_req,
+            vocab_size,
+            dtype_code,
+            backend_code,
+            timeout_ms,
         )
         _C.resolve_backend(backend, True)
         group = _normalize_group(group, tp_size)
@@ -402,6 +455,7 @@ class DpSamplingComm(_C.Comm):
             dtype_code,
             backend_code,
             device,
+            timeout_ms,
         )
         self.group = group
         self.fallback_comm_backend = fallback_comm_backend

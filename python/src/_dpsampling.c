@@ -101,10 +101,21 @@ static PyObject* s_nbytes;
 static PyObject* s_clone;
 static PyObject* s_cuda_stream;
 
+#define DPS_TORCH_MISSING                                                                  \
+  "dpsampling needs PyTorch for tensors and communicators, and it is not installed: "    \
+  "pip install 'dpsampling[torch]' (or a CUDA 13 build of torch, e.g. "                  \
+  "pip install torch --index-url https://download.pytorch.org/whl/cu130)"
+
 static int torch_load(void) {
   if (t_ready) return 0;
   PyObject* torch = PyImport_ImportModule("torch");
-  if (torch == NULL) return -1;
+  if (torch == NULL) {
+    if (PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_ModuleNotFoundError, DPS_TORCH_MISSING);
+    }
+    return -1;
+  }
   int rc = -1;
   PyObject* C = PyObject_GetAttrString(torch, "_C");
   if (C == NULL) goto out;
@@ -454,8 +465,9 @@ static int dtype_code_of(PyObject* o, int allow_none, const char* name) {
   }
   PyErr_Format(PyExc_TypeError,
                "%s=%R is not a supported logits dtype; expected torch.float32, torch.bfloat16 or "
-               "torch.float16%s",
-               name, o, allow_none ? " (or None)" : "");
+               "torch.float16, or one of the names 'fp32', 'float32', 'float', 'bf16', "
+               "'bfloat16', 'fp16', 'float16', 'half' (each also with a 'torch.' prefix)%s",
+               name, o, allow_none ? ", or None" : "");
   return -2;
 }
 
@@ -954,13 +966,13 @@ static void adapter_reset(CommObject* self) {
 }
 
 /* _create(nccl_group, tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size,
- *         dtype_code, backend_code, device) */
+ *         dtype_code, backend_code, device, timeout_ms=0) */
 static PyObject* comm_create(CommObject* self, PyObject* args) {
   NcclGroupObject* grp;
-  int tp, rank, max_pad_bs, n, dtype, backend, device;
+  int tp, rank, max_pad_bs, n, dtype, backend, device, timeout_ms = 0;
   long long vocab;
-  if (!PyArg_ParseTuple(args, "O!iiiiLiii:_create", &NcclGroupType, &grp, &tp, &rank, &max_pad_bs,
-                        &n, &vocab, &dtype, &backend, &device))
+  if (!PyArg_ParseTuple(args, "O!iiiiLiii|i:_create", &NcclGroupType, &grp, &tp, &rank,
+                        &max_pad_bs, &n, &vocab, &dtype, &backend, &device, &timeout_ms))
     return NULL;
   if (self->busy != NULL) return busy_error(self, "_create");
   if (self->h != NULL) {
@@ -980,6 +992,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   cfg.logits_dtype = (dpsDataType_t)dtype;
   cfg.backend = (dpsBackend_t)backend;
   cfg.cuda_device = device;
+  cfg.timeout_ms = timeout_ms;
   dpsResult_t r = dpsConfigCheck(&cfg);
   if (r != dpsSuccess) return raise_dps(r);
   Handle* h = (Handle*)calloc(1, sizeof *h);
@@ -1117,7 +1130,9 @@ static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* p
   dpsDataType_t code = dt == t_f32 ? dpsFloat32 : dt == t_bf16 ? dpsBfloat16 : dt == t_f16 ? dpsFloat16 : dpsDtypeUnset;
   if (code == dpsDtypeUnset) {
     PyErr_Format(PyExc_TypeError,
-                 "local_logits dtype %R is not supported; expected float32, bfloat16 or float16", dt);
+                 "local_logits dtype %R is not supported; expected torch.float32, torch.bfloat16 "
+                 "or torch.float16",
+                 dt);
     Py_DECREF(dt);
     return NULL;
   }
@@ -1452,23 +1467,32 @@ static PyMethodDef comm_methods[] = {
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
     {"swap_batch_vocab", (PyCFunction)(void (*)(void))comm_swap, METH_VARARGS | METH_KEYWORDS,
-     "swap_batch_vocab(local_logits, pad_bs=None) -> persistent [pad_bs/tp*N, V] view"},
+     "swap_batch_vocab($self, /, local_logits, pad_bs=None)\n--\n\n"
+     "[pad_bs*N, V/tp] logits -> this rank's [pad_bs/tp*N, V] rows (a view of the persistent "
+     "output, valid until the next swap). pad_bs=None: local_logits.shape[0] // N."},
     {"_swap_batch_vocab_new", (PyCFunction)(void (*)(void))comm_swap_new,
-     METH_VARARGS | METH_KEYWORDS, "swap_batch_vocab returning a new tensor (a copy)"},
+     METH_VARARGS | METH_KEYWORDS,
+     "_swap_batch_vocab_new($self, /, local_logits, pad_bs=None)\n--\n\n"
+     "swap_batch_vocab returning a new tensor (a copy)"},
     {"gather_verify_outputs", (PyCFunction)(void (*)(void))comm_gather_outputs,
      METH_VARARGS | METH_KEYWORDS,
-     "gather_verify_outputs(predict, accept_index, accept_length, pad_bs=None) -> "
-     "(predict [pad_bs, N], accept_index [pad_bs, N], accept_length [pad_bs])"},
+     "gather_verify_outputs($self, /, predict, accept_index, accept_length, pad_bs=None)\n--\n\n"
+     "int32 [pad_bs/tp, N], [pad_bs/tp, N], [pad_bs/tp] -> (predict [pad_bs, N], "
+     "accept_index [pad_bs, N], accept_length [pad_bs]), views of persistent outputs."},
     {"gather_verify_logprobs", (PyCFunction)(void (*)(void))comm_gather_logprobs,
-     METH_VARARGS | METH_KEYWORDS, "gather_verify_logprobs(logprobs, pad_bs=None) -> [pad_bs, N]"},
+     METH_VARARGS | METH_KEYWORDS,
+     "gather_verify_logprobs($self, /, logprobs, pad_bs=None)\n--\n\n"
+     "float32 [pad_bs/tp, N] -> [pad_bs, N] (a view of the persistent output)."},
     {"prepare_verify_outputs", (PyCFunction)(void (*)(void))comm_prepare,
      METH_VARARGS | METH_KEYWORDS,
-     "prepare_verify_outputs(dtype): fix the logits dtype if unset (collective)"},
+     "prepare_verify_outputs($self, /, dtype)\n--\n\n"
+     "Fix the logits dtype if unset and allocate its buffers (collective)."},
     {"close", (PyCFunction)comm_close, METH_NOARGS,
      "close($self, /)\n--\n\nThe collective teardown: call it on every rank together, outside "
      "CUDA graph capture. Later calls raise; tensors returned earlier stay valid until they go."},
     {"async_error", (PyCFunction)comm_async_error, METH_NOARGS,
-     "None, or a description of the asynchronous error (e.g. a one-sided timeout)"},
+     "async_error($self, /)\n--\n\n"
+     "None, or a description of the asynchronous error (e.g. a one-sided timeout)."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject CommType = {
@@ -1578,11 +1602,13 @@ static PyObject* backend_repr(PyObject* self) {
 static PyMethodDef backend_methods[] = {
     {"all_gather_into_tensor", (PyCFunction)(void (*)(void))backend_all_gather,
      METH_VARARGS | METH_KEYWORDS,
-     "all_gather_into_tensor(output, input, group=None): NCCL all-gather of the bytes of input "
-     "into output on the group's communicator, on torch's current stream"},
+     "all_gather_into_tensor($self, /, output, input, group=None)\n--\n\n"
+     "NCCL all-gather of the bytes of input into output on the group's communicator, on "
+     "torch's current stream."},
     {"all_to_all_single", (PyCFunction)(void (*)(void))backend_all_to_all,
      METH_VARARGS | METH_KEYWORDS,
-     "all_to_all_single(output, input, group=None): equal-split NCCL all-to-all of bytes"},
+     "all_to_all_single($self, /, output, input, group=None)\n--\n\n"
+     "Equal-split NCCL all-to-all of bytes."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject BackendType = {
@@ -1614,8 +1640,8 @@ static PyObject* m_config_check(PyObject* m, PyObject* args) {
   dpsConfig_t cfg = DPS_CONFIG_INITIALIZER;
   long long vocab;
   int dtype, backend;
-  if (!PyArg_ParseTuple(args, "iiiiLii:config_check", &cfg.tp_size, &cfg.rank, &cfg.max_pad_bs,
-                        &cfg.num_tokens_per_req, &vocab, &dtype, &backend))
+  if (!PyArg_ParseTuple(args, "iiiiLii|i:config_check", &cfg.tp_size, &cfg.rank, &cfg.max_pad_bs,
+                        &cfg.num_tokens_per_req, &vocab, &dtype, &backend, &cfg.timeout_ms))
     return NULL;
   cfg.vocab_size = (int64_t)vocab;
   cfg.logits_dtype = (dpsDataType_t)dtype;
@@ -1798,23 +1824,30 @@ static PyObject* m_last_error(PyObject* m, PyObject* unused) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"get_unique_id", m_get_unique_id, METH_NOARGS, "dpsGetUniqueId() -> 128 bytes"},
+    {"get_unique_id", m_get_unique_id, METH_NOARGS,
+     "get_unique_id($module, /)\n--\n\ndpsGetUniqueId() -> 128 bytes"},
     {"config_check", m_config_check, METH_VARARGS,
-     "config_check(tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size, dtype, backend): "
-     "dpsConfigCheck; ValueError on a bad configuration (no GPU needed)"},
-    {"parse_backend", m_parse_backend, METH_O, "dpsParseBackend(name) -> code"},
-    {"backend_name", m_backend_name, METH_O, "dpsBackendName(code) -> name"},
+     "config_check($module, tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size, dtype,\n"
+     "             backend, timeout_ms=0, /)\n--\n\n"
+     "dpsConfigCheck; ValueError on a bad configuration (no GPU needed)."},
+    {"parse_backend", m_parse_backend, METH_O,
+     "parse_backend($module, name, /)\n--\n\ndpsParseBackend(name) -> code"},
+    {"backend_name", m_backend_name, METH_O,
+     "backend_name($module, code, /)\n--\n\ndpsBackendName(code) -> name"},
     {"resolve_backend", m_resolve_backend, METH_VARARGS,
-     "resolve_backend(requested, onesided_available) -> 'nccl' | 'onesided' (dpsResolveBackend, "
-     "with the environment overrides)"},
+     "resolve_backend($module, requested, onesided_available, /)\n--\n\n"
+     "-> 'nccl' | 'onesided' (dpsResolveBackend, with the environment overrides)"},
     {"onesided_available_on_devices", m_onesided_on_devices, METH_O,
+     "onesided_available_on_devices($module, devices, /)\n--\n\n"
      "dpsOnesidedAvailableOnDevices(devices) -> bool"},
-    {"version", m_version, METH_NOARGS, "DPS_VERSION_CODE of the linked library"},
+    {"version", m_version, METH_NOARGS,
+     "version($module, /)\n--\n\nDPS_VERSION_CODE of the linked library"},
     {"nccl_version", m_nccl_version, METH_NOARGS,
-     "ncclGetVersion() of the NCCL actually loaded (e.g. 22809)"},
+     "nccl_version($module, /)\n--\n\nncclGetVersion() of the NCCL actually loaded (e.g. 22809)"},
     {"dtype_code", m_dtype_code, METH_VARARGS,
-     "dtype_code(obj, name='logits_dtype', allow_none=True) -> dpsDataType_t; TypeError"},
-    {"last_error", m_last_error, METH_NOARGS, "dpsGetLastError()"},
+     "dtype_code($module, obj, name='logits_dtype', allow_none=True, /)\n--\n\n"
+     "-> dpsDataType_t code; TypeError for an unsupported dtype"},
+    {"last_error", m_last_error, METH_NOARGS, "last_error($module, /)\n--\n\ndpsGetLastError()"},
     {"_test_host_capsule", m_test_host_capsule, METH_VARARGS, NULL},
     {"_test_host_deleted", m_test_host_deleted, METH_NOARGS, NULL},
     {"_shutdown", m_shutdown, METH_NOARGS, "interpreter exit: free what is released, warn no more"},

@@ -71,7 +71,8 @@ def test_import_exports():
     assert _onesided_available is onesided_available
     assert dpsampling._dpsampling.version() == dpsampling._dpsampling.HEADER_VERSION
     info = dpsampling.build_info()
-    assert info["library_version"] == 100
+    major, minor, patch = (int(x) for x in dpsampling.__version__.split("."))
+    assert info["library_version"] == major * 10000 + minor * 100 + patch == 200
 
 
 def test_import_does_not_import_torch():
@@ -466,3 +467,63 @@ def test_uncreated_comm_is_closed_everywhere():
                   C.BACKEND_NCCL, 0)
     assert c.closed is True
     del c
+
+
+# ---- signatures, stub and messages (issue 16) ---------------------------------------
+
+
+def test_required_arguments_in_signature():
+    import inspect
+
+    sig = inspect.signature(DpSamplingComm)
+    for name in ("max_pad_bs", "vocab_size"):
+        p = sig.parameters[name]
+        assert p.default is inspect.Parameter.empty, name
+        assert p.kind is inspect.Parameter.KEYWORD_ONLY, name
+    assert sig.parameters["timeout_ms"].default is None
+    with pytest.raises(TypeError, match="max_pad_bs"):
+        DpSamplingComm(tp_size=2, rank=0, group=(0, 1), vocab_size=64)
+
+
+def test_c_method_signatures():
+    import inspect
+
+    assert str(inspect.signature(DpSamplingComm.swap_batch_vocab)) == "(self, /, local_logits, pad_bs=None)"
+    assert "accept_length" in str(inspect.signature(DpSamplingComm.gather_verify_outputs))
+    assert "timeout_ms" in str(inspect.signature(dpsampling._dpsampling.config_check))
+
+
+def test_stub_and_py_typed_installed():
+    d = os.path.dirname(dpsampling.__file__)
+    assert os.path.exists(os.path.join(d, "py.typed"))
+    assert os.path.exists(os.path.join(d, "__init__.pyi"))
+
+
+def test_timeout_ms_checked():
+    with pytest.raises(ValueError, match="timeout_ms"):
+        DpSamplingComm(**_kw(timeout_ms=-1))
+    with pytest.raises(TypeError, match="timeout_ms"):
+        DpSamplingComm(**_kw(timeout_ms="5"))
+
+
+def test_dtype_message_lists_names():
+    with pytest.raises(TypeError) as e:
+        DpSamplingComm(**_kw(logits_dtype="int8"))
+    for name in ("torch.bfloat16", "'bf16'", "'fp32'", "'half'"):
+        assert name in str(e.value), name
+
+
+def test_missing_torch_says_what_to_install():
+    r = _run_python(
+        """
+        import sys
+        sys.modules["torch"] = None  # as if torch were not installed
+        from dpsampling import DpSamplingComm
+        try:
+            DpSamplingComm(tp_size=1, rank=0, group=(0,), max_pad_bs=8, vocab_size=64)
+        except ModuleNotFoundError as e:
+            print("MSG", e)
+        """
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pip install 'dpsampling[torch]'" in r.stdout, r.stdout

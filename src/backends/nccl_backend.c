@@ -224,11 +224,12 @@ static dpsResult_t nbAsyncError(dpsComm_t comm) {
 static dpsResult_t nbPreload(void) {
   cudaError_t e = dpsPreloadSwapPermute();
   if (e == cudaSuccess) e = dpsPreloadVerifyPack();
-  if (e != cudaSuccess)
-    return dpsSetError(dpsCudaError,
-                       "nccl backend: loading the kernels failed: %s (is the library built for "
-                       "this GPU's architecture? see CMAKE_CUDA_ARCHITECTURES)",
-                       cudaGetErrorString(e));
+  if (e != cudaSuccess) {
+    char note[320];
+    dpsDeviceCodeNote(note, sizeof note);
+    return dpsSetError(dpsCudaError, "%s: loading the kernels failed: %s (%s)", "nccl backend",
+                       cudaGetErrorString(e), note);
+  }
   return dpsSuccess;
 }
 

@@ -655,11 +655,12 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
 static dpsResult_t osPreload(void) {
   cudaError_t e = dpsOsPreloadSwapKernels();
   if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
-  if (e != cudaSuccess)
-    return dpsSetError(dpsCudaError,
-                       "onesided: loading the kernels failed: %s (is the library built for this "
-                       "GPU's architecture? see CMAKE_CUDA_ARCHITECTURES)",
-                       cudaGetErrorString(e));
+  if (e != cudaSuccess) {
+    char note[320];
+    dpsDeviceCodeNote(note, sizeof note);
+    return dpsSetError(dpsCudaError, "%s: loading the kernels failed: %s (%s)", "onesided",
+                       cudaGetErrorString(e), note);
+  }
   return dpsSuccess;
 }
 

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,8 +256,31 @@ fail:
   return res;
 }
 
+/* The device ordinal to use, checked to be a usable CUDA device: without a
+ * driver or GPU, or with an ordinal past the visible devices, say so plainly
+ * (naming the ordinal) instead of passing on the runtime's first error. */
 static dpsResult_t resolveDevice(const dpsConfig_t* config, int* device) {
+  const cudaError_t before = cudaPeekAtLastError();
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count < 1) {
+    if (e != cudaSuccess && before == cudaSuccess) (void)cudaGetLastError(); /* ours */
+    char which[48];
+    if (config->cuda_device >= 0)
+      snprintf(which, sizeof which, "cuda_device=%d", config->cuda_device);
+    else
+      snprintf(which, sizeof which, "cuda_device=-1, the current device");
+    return dpsSetError(dpsCudaError,
+                       "no usable CUDA device (%s): %s (is an NVIDIA GPU visible and its driver "
+                       "installed?)",
+                       which, e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device is visible");
+  }
   if (config->cuda_device >= 0) {
+    if (config->cuda_device >= count)
+      return dpsSetError(dpsInvalidArgument,
+                         "no usable CUDA device: cuda_device=%d, but %d CUDA device%s visible "
+                         "(ordinals 0..%d; see CUDA_VISIBLE_DEVICES)",
+                         config->cuda_device, count, count == 1 ? " is" : "s are", count - 1);
     *device = config->cuda_device;
     return dpsSuccess;
   }

@@ -39,3 +39,25 @@ dpsResult_t dpsGetVersion(int* version) {
   *version = DPS_VERSION_CODE;
   return dpsSuccess;
 }
+
+#ifndef DPS_CUDA_ARCHITECTURES_STR
+#define DPS_CUDA_ARCHITECTURES_STR "?"
+#endif
+
+void dpsDeviceCodeNote(char* buf, size_t size) {
+  const cudaError_t before = cudaPeekAtLastError();
+  int dev = -1, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    if (before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
+    snprintf(buf, size, "this build has device code for CMAKE_CUDA_ARCHITECTURES=\"%s\"",
+             DPS_CUDA_ARCHITECTURES_STR);
+    return;
+  }
+  snprintf(buf, size,
+           "CUDA device %d is sm_%d%d; this build has device code for "
+           "CMAKE_CUDA_ARCHITECTURES=\"%s\" (\"NN\" = sm_NN and PTX, \"NN-real\" = sm_NN only): "
+           "rebuild with %d%d in CMAKE_CUDA_ARCHITECTURES",
+           dev, major, minor, DPS_CUDA_ARCHITECTURES_STR, major, minor);
+}

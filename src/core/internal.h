@@ -23,21 +23,30 @@ dpsResult_t dpsSetError(dpsResult_t res, const char* fmt, ...)
 #endif
     ;
 void dpsClearError(void);
+/* For a kernel that could not be loaded: the current device's compute
+ * capability and the architectures this build has device code for. */
+void dpsDeviceCodeNote(char* buf, size_t size);
 
+/* The message names the call and the error; the source file and line go only
+ * to the debug log (DPSAMPLING_DEBUG=INFO), never into user-facing errors. */
 #define DPS_CUDA_CHECK(call)                                                          \
   do {                                                                                \
     cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess)                                                            \
-      return dpsSetError(dpsCudaError, "%s failed: %s (%s:%d)", #call,                \
-                         cudaGetErrorString(e_), __FILE__, __LINE__);                 \
+    if (e_ != cudaSuccess) {                                                          \
+      dpsLog(DPS_LOG_INFO, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),    \
+             __FILE__, __LINE__);                                                     \
+      return dpsSetError(dpsCudaError, "%s failed: %s", #call, cudaGetErrorString(e_)); \
+    }                                                                                 \
   } while (0)
 
 #define DPS_NCCL_CHECK(call)                                                          \
   do {                                                                                \
     ncclResult_t n_ = (call);                                                         \
-    if (n_ != ncclSuccess)                                                            \
-      return dpsSetError(dpsNcclError, "%s failed: %s (%s:%d)", #call,                \
-                         ncclGetErrorString(n_), __FILE__, __LINE__);                 \
+    if (n_ != ncclSuccess) {                                                          \
+      dpsLog(DPS_LOG_INFO, "%s failed: %s (%s:%d)", #call, ncclGetErrorString(n_),    \
+             __FILE__, __LINE__);                                                     \
+      return dpsSetError(dpsNcclError, "%s failed: %s", #call, ncclGetErrorString(n_)); \
+    }                                                                                 \
   } while (0)
 
 #define DPS_CHECK(call)                                                               \

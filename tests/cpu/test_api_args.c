@@ -108,6 +108,27 @@ int main(void) {
     FX_CHECK_ERR(dpsParseBackend("bogus", &b), dpsInvalidArgument, "bogus");
   }
 
+  /* ---- creation without a GPU: said plainly, naming the ordinal, no source path ---- */
+  if (fxGpuCount() == 0) {
+    dpsUniqueId id;
+    memset(&id, 0, sizeof id);
+    dpsConfig_t c = DPS_CONFIG_INITIALIZER;
+    c.tp_size = 1;
+    c.max_pad_bs = 8;
+    c.vocab_size = 64;
+    dpsComm_t comm = NULL;
+    for (int dev = -1; dev <= 1; ++dev) {
+      c.cuda_device = dev;
+      char want[48];
+      snprintf(want, sizeof want, "no usable CUDA device (cuda_device=%d", dev);
+      FX_CHECK_ERR(dpsCommInitRank(&comm, &id, &c), dpsCudaError, want);
+      FX_CHECK(comm == NULL, "comm written on failure");
+      FX_CHECK(strstr(dpsGetLastError(), ".c:") == NULL && strchr(dpsGetLastError(), '/') == NULL,
+               "source path in the message: %s", dpsGetLastError());
+    }
+    printf("creation without a GPU: %s\n", dpsGetLastError());
+  }
+
   /* ---- dpsOnesidedAvailableOnDevices: graceful without a GPU ---- */
   {
     const int ngpu = fxGpuCount(); /* probed in a child: this process stays CUDA-free */

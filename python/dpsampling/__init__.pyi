@@ -1,0 +1,105 @@
+# Type stub of the dpsampling package (the methods of DpSamplingComm are
+# implemented in C, in dpsampling._dpsampling.Comm).
+from types import TracebackType
+from typing import Any, Dict, Iterable, Optional, Protocol, Tuple, Type, Union
+
+import torch
+
+__version__: str
+BACKEND_ENV: str
+BACKEND_ENV_ALIAS: str
+
+_Group = Union[None, int, Iterable[int]]
+# torch.float32 / torch.bfloat16 / torch.float16, or one of the names
+# "fp32", "float32", "float", "bf16", "bfloat16", "fp16", "float16", "half"
+# (each also with a "torch." prefix).
+_Dtype = Union[torch.dtype, str]
+
+class _Collectives(Protocol):
+    def all_gather_into_tensor(
+        self, output: torch.Tensor, input: torch.Tensor, group: Any = ...
+    ) -> Any: ...
+
+def build_info() -> Dict[str, Any]: ...
+def onesided_available(group: _Group = None) -> bool: ...
+def resolve_backend(requested: str = "auto", group: _Group = None) -> str: ...
+def destroy_group_communicators() -> None: ...
+def get_global_backend() -> _Collectives: ...
+def swap_batch_vocab(
+    local_logits: torch.Tensor,
+    *,
+    tp_size: int,
+    pad_bs: int,
+    num_tokens_per_req: int,
+    vocab_size: int,
+    group: _Group = None,
+) -> torch.Tensor: ...
+
+class DpSamplingComm:
+    group: Tuple[int, ...]
+    fallback_comm_backend: Optional[_Collectives]
+    def __init__(
+        self,
+        tp_size: int,
+        rank: int,
+        group: _Group = None,
+        *,
+        max_pad_bs: int,
+        num_tokens_per_req: int = 1,
+        vocab_size: int,
+        logits_dtype: Optional[_Dtype] = None,
+        backend: str = "auto",
+        fallback_comm_backend: Optional[_Collectives] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> None: ...
+    # Outputs are views of persistent buffers, valid until the next call of
+    # the same operation.
+    def swap_batch_vocab(
+        self, local_logits: torch.Tensor, pad_bs: Optional[int] = None
+    ) -> torch.Tensor: ...
+    def gather_verify_outputs(
+        self,
+        predict: torch.Tensor,
+        accept_index: torch.Tensor,
+        accept_length: torch.Tensor,
+        pad_bs: Optional[int] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+    def gather_verify_logprobs(
+        self, logprobs: torch.Tensor, pad_bs: Optional[int] = None
+    ) -> torch.Tensor: ...
+    def prepare_verify_outputs(self, dtype: _Dtype) -> None: ...
+    def async_error(self) -> Optional[str]: ...
+    def close(self) -> None: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def requested_backend(self) -> str: ...
+    @property
+    def fast_path_enabled(self) -> bool: ...
+    @property
+    def tp_size(self) -> int: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def max_pad_bs(self) -> int: ...
+    @property
+    def num_tokens_per_req(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def is_initialized(self) -> bool: ...
+    @property
+    def cuda_device(self) -> int: ...
+    @property
+    def logits_dtype(self) -> Optional[torch.dtype]: ...
+    @property
+    def timeout_ms(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> "DpSamplingComm": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
