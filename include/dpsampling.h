@@ -119,13 +119,17 @@ typedef struct {
   int cuda_device;            /* CUDA device ordinal, or -1 for the current device */
   int timeout_ms;             /* onesided: how long a kernel waits for a peer before giving up;
                                  0 = DPSAMPLING_TIMEOUT_MS from the environment, else 5000 */
+  int max_topk;               /* largest k of dpsTopK, 0..DPS_TOPK_MAX (0: no top-k buffers) */
 } dpsConfig_t;
+
+/* Largest k of dpsTopK. */
+#define DPS_TOPK_MAX 64
 
 #define DPS_CONFIG_MAGIC 0x64707331u
 #define DPS_CONFIG_INITIALIZER                                                   \
   {                                                                              \
     sizeof(dpsConfig_t), DPS_CONFIG_MAGIC, 0, 0, 0, 1, 0, dpsDtypeUnset,         \
-        dpsBackendAuto, -1, 0                                                    \
+        dpsBackendAuto, -1, 0, DPS_TOPK_MAX                                      \
   }
 
 /* ------------------------------------------------------------------------- */
@@ -327,6 +331,40 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
 dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64_t reqs,
                                     int64_t n, int pad_bs, float** output,
                                     struct CUstream_st* stream);
+
+/* ---- Greedy selection without moving the logits --------------------------
+ * Every rank passes its own vocab shard of the same rows and every rank gets
+ * the same result for every row; only a few words per row cross the ranks.
+ * Semantics, identical on both backends and at every tp:
+ *  - global index = rank * (V/tp) + column; only global indices below
+ *    vocab_limit take part (1 <= vocab_limit <= V; pass V for no limit);
+ *  - larger value first, ties to the lower global index; NaN counts as -inf,
+ *    so it never beats a number; a row in which nothing beats -inf yields
+ *    index 0 (argmax) or the lowest indices (top-k), with value -inf;
+ *  - logits: device pointer, row-major [rows, cols] of `dtype`, cols == V/tp,
+ *    1 <= rows <= max_pad_bs*N, aligned to its element size; dtype must be
+ *    the communicator's logits dtype once that is fixed (these calls do not
+ *    fix it); every rank passes the same rows, vocab_limit (and k);
+ *  - outputs are the caller's device buffers (8-byte aligned int64, the
+ *    value buffers aligned to their element size), written on the stream;
+ *    nothing is written when a check fails;
+ *  - stream-ordered, no allocation, no host synchronization, capturable;
+ *    onesided: one local kernel and one exchange kernel, a dead peer ends in
+ *    dpsTimeout; nccl: a local kernel, one all-gather, a merge kernel;
+ *  - V must be below 2^32 (global indices travel as 32 bits).
+ * dpsArgmax: index int64 [rows] (required), value [rows] of dtype (NULL: not
+ *   wanted), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over the
+ *   valid columns (NaN if one is NaN), so the argmax token's logprob is
+ *   value - lse.
+ * dpsTopK: the k (1 <= k <= config max_topk, k <= vocab_limit) best of every
+ *   row, best first: values [rows, k] of dtype (NULL: not wanted), indices
+ *   int64 [rows, k] (required). */
+dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                      dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
+                      float* lse, struct CUstream_st* stream);
+dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                    dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,
+                    int64_t* indices, struct CUstream_st* stream);
 
 /* ------------------------------------------------------------------------- */
 /* Replaceable collectives (nccl backend)                                     */

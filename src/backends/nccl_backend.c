@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "kernels/nccl_kernels.h"
+#include "select_plan.h"
 
 typedef struct {
   int32_t* pack_send;  /* [max_reqs*(2N+1)]     */
@@ -15,6 +16,13 @@ typedef struct {
   void* staging;       /* [tp][max_reqs*N][V/tp] of dtype: all-to-all receive */
   size_t staging_bytes;
   size_t swap_out_bytes;
+  /* argmax / top-k: local scratch, candidates [cap_rows][words] and their
+   * all-gather [tp][cap_rows][words], words = max(argmax, top-k of max_topk) */
+  void* sel_scratch;
+  uint32_t* sel_send;
+  uint32_t* sel_recv;
+  int64_t sel_rows;
+  int sms;
 } dpsNcclState;
 
 static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
@@ -45,6 +53,9 @@ static void nbDestroy(dpsComm_t comm) {
     nbFree(comm, (void**)&st->pack_send);
     nbFree(comm, (void**)&st->pack_recv);
     nbFree(comm, &st->staging);
+    nbFree(comm, &st->sel_scratch);
+    nbFree(comm, (void**)&st->sel_send);
+    nbFree(comm, (void**)&st->sel_recv);
     free(st);
   }
   comm->backend_state = NULL;
@@ -79,7 +90,50 @@ static dpsResult_t nbInit(dpsComm_t comm) {
     nbDestroy(comm);
     return r;
   }
+  /* argmax / top-k */
+  size_t b_sel_send = 0, b_sel_recv = 0;
+  const int words = dpsSelWords(comm->config.max_topk) > DPS_ARGMAX_WORDS
+                        ? dpsSelWords(comm->config.max_topk)
+                        : DPS_ARGMAX_WORDS;
+  st->sel_rows = (int64_t)(max_bs * n);
+  DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, 1, "selection candidates", &b_sel_send));
+  DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
+                    &b_sel_recv));
+  DPS_CUDA_CHECK(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, comm->device));
+  if ((r = nbAlloc(comm, &st->sel_scratch, dpsSelScratchBytes(st->sel_rows),
+                   "the selection scratch")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
+          dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->sel_recv, b_sel_recv, "selection gather buffer")) !=
+          dpsSuccess) {
+    nbDestroy(comm);
+    return r;
+  }
   return dpsSuccess;
+}
+
+static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv, size_t bytes,
+                                    cudaStream_t stream);
+
+/* argmax / top-k: the local pass (the outputs directly at tp == 1), else
+ * candidates + one all-gather + the merge. */
+static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  const int tp = comm->config.tp_size;
+  const int64_t cols = comm->config.vocab_size / tp;
+  dpsSelLocalArgs a;
+  dpsSelPlanLocal(call, tp, comm->config.rank, cols, st->sms, st->sel_scratch, st->sel_rows, 0,
+                  &a);
+  if (tp == 1) return dpsSelLaunchLocal(&a, call->k, stream);
+  a.sink = DPS_SEL_SINK_PLAIN;
+  a.cand = st->sel_send;
+  DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
+  const size_t bytes = (size_t)call->rows * (size_t)dpsSelWords(call->k) * sizeof(uint32_t);
+  DPS_CHECK(nbAllGatherBytes(comm, st->sel_send, st->sel_recv, bytes, stream));
+  dpsSelMergeArgs m;
+  dpsSelPlanMerge(call, tp, 0, &m);
+  m.gathered = st->sel_recv;
+  return dpsSelLaunchMerge(&m, call->k, stream);
 }
 
 static dpsResult_t nbPrepare(dpsComm_t comm) {
@@ -224,6 +278,7 @@ static dpsResult_t nbAsyncError(dpsComm_t comm) {
 static dpsResult_t nbPreload(void) {
   cudaError_t e = dpsPreloadSwapPermute();
   if (e == cudaSuccess) e = dpsPreloadVerifyPack();
+  if (e == cudaSuccess) e = dpsPreloadSelectKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -244,4 +299,5 @@ const dpsBackendOps dpsNcclBackendOps = {
     .destroy = nbDestroy,
     .preload = nbPreload,
     .close = NULL, /* nothing collective beyond the NCCL communicator (the core's) */
+    .select = nbSelect,
 };

@@ -40,6 +40,7 @@
 #include "kernels/onesided_kernels.h"
 #include "kernels/onesided_setup.h"
 #include "onesided_plan.h"
+#include "select_plan.h"
 
 #define OS_DEFAULT_LL_BYTES (256u * 1024u)
 #define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
@@ -74,6 +75,7 @@ typedef struct {
 
   void* outputs; /* verify outputs + the close exchange's words, one allocation */
   dpsOsOutputs out; /* inside `outputs` */
+  void* sel_scratch; /* argmax local pass (select_plan.h) */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -275,6 +277,7 @@ static void osDestroy(dpsComm_t comm) {
   windowFree(&st->b);
   windowFree(&st->a);
   dpsDeviceFree(comm, &st->outputs);
+  dpsDeviceFree(comm, &st->sel_scratch);
   dpsDeviceFree(comm, (void**)&st->dstate);
   if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
@@ -453,6 +456,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   L->ll_bytes = st->ll_bytes;
   L->gproto = st->gproto;
   L->gthreads = st->gthreads;
+  L->max_topk = cfg->max_topk;
   /* error word: device copy + mapped pinned host copy */
   DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
                            "the onesided device state"));
@@ -465,6 +469,9 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   /* verify outputs (plain device memory) and window A */
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->out_bytes, "the onesided verify outputs"));
+  DPS_CHECK(dpsDeviceAlloc(comm, &st->sel_scratch,
+                           dpsSelScratchBytes((int64_t)cfg->max_pad_bs * cfg->num_tokens_per_req),
+                           "the selection scratch"));
   st->out = dpsOsOutputsAt(L, st->outputs);
   comm->predict_out = st->out.predict;
   comm->accept_index_out = st->out.accept_index;
@@ -652,9 +659,28 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
   return launchGather(st, &a, grid, stream);
 }
 
+/* argmax / top-k: at tp == 1 the local pass writes the outputs; else it
+ * stores every row's candidates as LL lines into every rank's staging and
+ * the merge kernel polls for them (timeout as the gathers). */
+static dpsResult_t osSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream) {
+  OsState* st = (OsState*)comm->backend_state;
+  dpsSelLocalArgs a;
+  dpsSelMergeArgs m;
+  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->sel_scratch, st->maxb, st->pdl, &a,
+                  &m);
+  DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
+  if (st->tp == 1) return dpsSuccess;
+  dpsResult_t r = dpsSelLaunchMerge(&m, call->k, stream);
+  /* without its merge this call's candidates stay unread while the next
+   * call overwrites the other parity: the ranks would no longer pair calls */
+  if (r != dpsSuccess) (void)dpsCommMarkFailed(comm, r);
+  return r;
+}
+
 static dpsResult_t osPreload(void) {
   cudaError_t e = dpsOsPreloadSwapKernels();
   if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
+  if (e == cudaSuccess) e = dpsPreloadSelectKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -675,4 +701,5 @@ const dpsBackendOps dpsOnesidedBackendOps = {
     .destroy = osDestroy,
     .preload = osPreload,
     .close = osClose,
+    .select = osSelect,
 };

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernels/select_kernels.h"
+#include "select_plan.h"
 
 static size_t planRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -36,7 +38,14 @@ dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->off_gout = L->off_fail + planRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
   L->off_glp =
       L->off_gout + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
-  L->bytes_a = L->off_glp + 2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes;
+  /* argmax / top-k candidates: LL lines of two words */
+  const int64_t selRows = (int64_t)L->max_pad_bs * L->n;
+  L->cap_am = selRows * (DPS_ARGMAX_WORDS / 2);
+  L->cap_tk = selRows * L->max_topk;
+  L->off_am =
+      L->off_glp + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
+  L->off_tk = L->off_am + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_am * 16u, 256);
+  L->bytes_a = L->off_tk + 2u * (size_t)L->tp * (size_t)L->cap_tk * 16u;
   return dpsSuccess;
 }
 
@@ -180,4 +189,26 @@ int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dps
   args->out[0] = args->out[1] = args->out[2] = out->close_out;
   args->count[0] = 1;
   return planGather(L, c, a, L->off_glp, L->cap_lp, args);
+}
+
+void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+                     const dpsSelectCall* call, void* scratch, int sms, int pdl,
+                     dpsSelLocalArgs* local, dpsSelMergeArgs* merge) {
+  const int64_t cols = L->vocab / L->tp;
+  dpsSelPlanLocal(call, L->tp, L->rank, cols, sms, scratch, (int64_t)L->max_pad_bs * L->n, pdl,
+                  local);
+  dpsSelPlanMerge(call, L->tp, pdl, merge);
+  if (L->tp == 1) return; /* the local pass writes the outputs */
+  const int topk = call->k > 0;
+  const size_t off = topk ? L->off_tk : L->off_am;
+  local->sink = DPS_SEL_SINK_LL;
+  local->c = *c;
+  local->op = topk ? DPS_OS_OP_TOPK : DPS_OS_OP_ARGMAX;
+  local->cap = topk ? L->cap_tk : L->cap_am;
+  for (int r = 0; r < L->tp; ++r) local->stage_peer.p[r] = a->peer[r] + off;
+  merge->ll = 1;
+  merge->c = *c;
+  merge->op = local->op;
+  merge->stage = a->base + off;
+  merge->cap = local->cap;
 }

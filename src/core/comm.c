@@ -94,13 +94,14 @@ static dpsResult_t resolveTimeoutMs(const dpsConfig_t* config, int* ms) {
  * its own makes every rank fail here instead of leaving them waiting in a
  * later collective. A failing rank keeps its own message. */
 static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
-  enum { K = 7, STATUS = 6 };
+  enum { K = 8, STATUS = 7 };
   const int tp = comm->config.tp_size;
   int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
                      comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
-                     (int64_t)comm->backend, comm->timeout_ms, (int64_t)local};
+                     (int64_t)comm->backend, comm->timeout_ms, comm->config.max_topk,
+                     (int64_t)local};
   static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
-                                 "logits_dtype", "backend", "timeout_ms", "status"};
+                                 "logits_dtype", "backend", "timeout_ms", "max_topk", "status"};
   if (tp == 1) return local;
   int64_t* dev = NULL;
   int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
@@ -379,7 +380,7 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
  * Thread-safe against itself (dpsCommGetAsyncError on a watchdog thread
  * while another thread runs operations): the backends' async_error reads
  * state the kernels or NCCL publish, and the sticky word is atomic. */
-static dpsResult_t commHealth(dpsComm_t comm) {
+dpsResult_t dpsCommHealth(dpsComm_t comm) {
   const int stuck = atomic_load(&comm->sticky_error);
   if (stuck) {
     const dpsResult_t sticky = (dpsResult_t)stuck;
@@ -407,7 +408,7 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error) {
   if (comm == NULL || async_error == NULL)
     return dpsSetError(dpsInvalidArgument, "dpsCommGetAsyncError: %s is NULL",
                        comm ? "async_error" : "comm");
-  *async_error = commHealth(comm);
+  *async_error = dpsCommHealth(comm);
   return dpsSuccess;
 }
 
@@ -475,17 +476,9 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
   return dpsSuccess;
 }
 
-/* An operation's view of its stream. */
-typedef struct {
-  dpsDeviceGuard g;
-  cudaStream_t stream;
-  int capturing;
-  unsigned long long capture_id;
-} OpCtx;
-
 /* Switches to the communicator's device and inspects the stream (detached
  * communicators have neither). */
-static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, OpCtx* x) {
+dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x) {
   x->capturing = 0;
   x->capture_id = 0;
   x->stream = stream;
@@ -499,14 +492,14 @@ static dpsResult_t opEnter(dpsComm_t comm, const char* op, cudaStream_t stream, 
 
 /* Ends an operation; `r` is its outcome. Successful work is noted for
  * teardown (dpsNoteWork). */
-static void opLeave(dpsComm_t comm, OpCtx* x, dpsResult_t r) {
+void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r) {
   if (comm->detached) return;
   if (r == dpsSuccess) dpsNoteWork(comm, x->stream, x->capturing, x->capture_id);
   dpsDeviceLeave(&x->g);
 }
 
 /* After dpsCommClose every operation is refused. */
-static dpsResult_t checkOpen(dpsComm_t comm, const char* op) {
+dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op) {
   if (comm->closed)
     return dpsSetError(dpsInvalidUsage, "%s: the communicator is closed (dpsCommClose)", op);
   return dpsSuccess;
@@ -517,11 +510,11 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
     return dpsSetError(dpsInvalidArgument, "prepare_verify_outputs: dtype=%d is not fp32, bf16 or fp16",
                        (int)dtype);
-  DPS_CHECK(checkOpen(comm, "prepare_verify_outputs"));
-  DPS_CHECK(commHealth(comm));
+  DPS_CHECK(dpsCheckOpen(comm, "prepare_verify_outputs"));
+  DPS_CHECK(dpsCommHealth(comm));
   if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
-  OpCtx x;
-  DPS_CHECK(opEnter(comm, "prepare_verify_outputs", NULL, &x));
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, "prepare_verify_outputs", NULL, &x));
   dpsResult_t r = prepareDtype(comm, dtype);
   if (!comm->detached) dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
   return r;
@@ -554,10 +547,10 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        "%s: local_logits dtype %s differs from the communicator's logits dtype %s, "
                        "fixed at creation, by prepare or by the first swap",
                        op, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
-  DPS_CHECK(checkOpen(comm, op));
-  DPS_CHECK(commHealth(comm));
-  OpCtx x;
-  DPS_CHECK(opEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
   dpsResult_t r = dpsSuccess;
   if (comm->dtype == dpsDtypeUnset) {
     if (x.capturing)
@@ -569,7 +562,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
       r = prepareDtype(comm, dtype);
   }
   if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
-  opLeave(comm, &x, r);
+  dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->swap_out;
   return r;
 }
@@ -606,13 +599,13 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   }
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
-  DPS_CHECK(checkOpen(comm, op));
-  DPS_CHECK(commHealth(comm));
-  OpCtx x;
-  DPS_CHECK(opEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
   dpsResult_t r =
       comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
-  opLeave(comm, &x, r);
+  dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) {
     *predict_out = comm->predict_out;
     *accept_index_out = comm->accept_index_out;
@@ -632,12 +625,12 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
-  DPS_CHECK(checkOpen(comm, op));
-  DPS_CHECK(commHealth(comm));
-  OpCtx x;
-  DPS_CHECK(opEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
   dpsResult_t r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
-  opLeave(comm, &x, r);
+  dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->logprobs_out;
   return r;
 }

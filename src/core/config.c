@@ -92,6 +92,9 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
   if (c->timeout_ms < 0)
     return dpsSetError(dpsInvalidArgument, "timeout_ms=%d must be >= 0 (0 = default)",
                        c->timeout_ms);
+  if (c->max_topk < 0 || c->max_topk > DPS_TOPK_MAX)
+    return dpsSetError(dpsInvalidArgument, "max_topk=%d must be in [0, %d]", c->max_topk,
+                       DPS_TOPK_MAX);
   /* The largest buffer: the full logits [max_pad_bs*N, V] at 4 bytes, plus a
    * margin for staging. It must fit in 63 bits. */
   uint64_t elems, bytes;

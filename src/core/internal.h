@@ -78,6 +78,18 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r);
 int dpsEnvUint(const char* name, uint64_t* value);
 
 /* ---- backends ------------------------------------------------------------ */
+/* One dpsArgmax / dpsTopK call (core/select.c). */
+typedef struct dpsSelectCall {
+  int k;             /* 0: argmax, else top-k */
+  int64_t rows;
+  dpsDataType_t dtype;
+  int64_t vocab_limit;
+  int64_t* index;
+  void* value;
+  float* lse;
+  const void* logits;
+} dpsSelectCall;
+
 typedef struct dpsBackendOps {
   const char* name;
   /* At creation, after the core filled in comm: allocate what does not depend
@@ -111,6 +123,8 @@ typedef struct dpsBackendOps {
    * takes alike (e.g. after exchanging health), 1 = failed: then nothing
    * collective that could wait for a dead peer is done. May be NULL. */
   int (*close)(dpsComm_t comm, int failed);
+  /* dpsArgmax / dpsTopK (core/select.c checked the call). May be NULL. */
+  dpsResult_t (*select)(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream);
 } dpsBackendOps;
 
 extern const dpsBackendOps dpsNcclBackendOps;
@@ -148,6 +162,7 @@ struct dpsComm {
   int32_t* accept_index_out;    /* [max_pad_bs, N] */
   int32_t* accept_length_out;   /* [max_pad_bs]    */
   float* logprobs_out;          /* [max_pad_bs, N] */
+
 
   /* Teardown (core/teardown.c). */
   cudaStream_t aux;       /* internal stream: allocations, frees, the close exchange */
@@ -195,6 +210,24 @@ void dpsNoteWork(dpsComm_t comm, cudaStream_t stream, int capturing, unsigned lo
 /* Frees everything of a communicator now (its work has finished or can no
  * longer be waited for). Relaxed capture mode is the caller's. */
 void dpsCommFreeNow(dpsComm_t comm);
+
+/* ---- the operations' common steps (core/comm.c) ------------------------- */
+/* An operation's view of its stream. */
+typedef struct {
+  dpsDeviceGuard g;
+  cudaStream_t stream;
+  int capturing;
+  unsigned long long capture_id;
+} dpsOpCtx;
+/* Switches to the communicator's device and inspects the stream (capture
+ * state, device); detached communicators have neither. */
+dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
+/* Ends an operation whose outcome is r (successful work is noted for teardown). */
+void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r);
+/* dpsInvalidUsage after dpsCommClose. */
+dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op);
+/* The communicator's error, making an asynchronous one sticky. */
+dpsResult_t dpsCommHealth(dpsComm_t comm);
 
 /* For CPU tests and fuzzing of the argument checks: a communicator with the
  * given resolved backend and ops, no NCCL communicator and no device state.

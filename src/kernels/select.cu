@@ -157,49 +157,64 @@ __device__ __forceinline__ void emitWords(const dpsSelLocalArgs& a, long long ro
   }
 }
 
-/* ---- argmax local pass --------------------------------------------------------- */
-template <int W> /* vector width in elements for the interior */
-__device__ __forceinline__ void argScanRange(ArgState& st, const char* rowp, int esize,
-                                             int dtype, long long from, long long to,
-                                             long long col0, bool lse) {
-  for (long long j = from + threadIdx.x; j < to; j += blockDim.x)
-    argAdd(st, loadValue(rowp, j, dtype), (uint32_t)(col0 + j), lse);
-  (void)esize;
-}
-
-/* Reduces columns [from, to) of the row: a scalar head up to 16-byte
- * alignment, 16-byte vectors, a scalar tail. */
-__device__ void argScan(ArgState& st, const char* rowp, int dtype, long long from, long long to,
-                        long long col0, bool lse) {
+/* ---- the row visitor ------------------------------------------------------------ */
+/* Calls f(j, value) for every column j in [from, to) of the row, each by one
+ * thread of the block: a scalar head up to 16-byte alignment, 16-byte
+ * vectors (four in flight per thread), a scalar tail. */
+template <typename F>
+__device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
+                                            long long to, F& f) {
   const int esize = dtype == 0 ? 4 : 2;
   const int per = 16 / esize;
   const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
-  long long head = (long long)(((16u - (a0 & 15u)) & 15u) / (unsigned)esize);
-  if ((a0 & (uintptr_t)(esize - 1)) != 0) head = to - from; /* cannot happen: aligned */
+  long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
   if (head > to - from) head = to - from;
-  argScanRange<1>(st, rowp, esize, dtype, from, from + head, col0, lse);
+  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x)
+    f(j, loadValue(rowp, j, dtype));
   const long long vfrom = from + head;
   const long long nvec = (to - vfrom) / per;
   const uint4* v = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
-  for (long long i = threadIdx.x; i < nvec; i += blockDim.x) {
-    const uint4 q = __ldg(v + i);
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    const long long j0 = vfrom + i * per;
-    if (dtype == 0) {
+  constexpr int U = 4;
+  for (long long i0 = threadIdx.x; i0 < nvec; i0 += (long long)blockDim.x * U) {
+    uint4 q[U];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) argAdd(st, __uint_as_float(words[t]), (uint32_t)(col0 + j0 + t), lse);
-    } else {
+    for (int u = 0; u < U; ++u) {
+      const long long i = i0 + (long long)u * blockDim.x;
+      q[u] = i < nvec ? __ldg(v + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const unsigned short h = (unsigned short)(words[t >> 1] >> (16 * (t & 1)));
-        const float f = dtype == 1 ? __bfloat162float(__ushort_as_bfloat16(h))
-                                   : __half2float(__ushort_as_half(h));
-        argAdd(st, f, (uint32_t)(col0 + j0 + t), lse);
+    for (int u = 0; u < U; ++u) {
+      const long long i = i0 + (long long)u * blockDim.x;
+      if (i >= nvec) break;
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+      const long long j0 = vfrom + i * per;
+      if (dtype == 0) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) f(j0 + t, __uint_as_float(w[t]));
+      } else if (dtype == 1) {
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+          f(j0 + t, __bfloat162float(__ushort_as_bfloat16((unsigned short)(w[t >> 1] >> (16 * (t & 1))))));
+      } else {
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+          f(j0 + t, __half2float(__ushort_as_half((unsigned short)(w[t >> 1] >> (16 * (t & 1))))));
       }
     }
   }
-  argScanRange<1>(st, rowp, esize, dtype, vfrom + nvec * per, to, col0, lse);
+  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x)
+    f(j, loadValue(rowp, j, dtype));
 }
+
+/* ---- argmax local pass --------------------------------------------------------- */
+struct ArgVisit {
+  ArgState st;
+  long long col0;
+  bool lse;
+  __device__ __forceinline__ void operator()(long long j, float v) {
+    argAdd(st, v, (uint32_t)(col0 + j), lse);
+  }
+};
 
 __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalArgs a) {
   const long long row = blockIdx.x / a.chunks;
@@ -212,14 +227,18 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalA
     e = beginEpoch(a.c, a.op);
     if (e == 0) return; /* failed earlier */
   }
-  ArgState st;
-  st.best = packKI(orderKey(-INFINITY), (uint32_t)0); /* nothing beats -inf: index 0 */
+  ArgVisit vis;
+  vis.st.best = packKI(orderKey(-INFINITY), (uint32_t)0); /* nothing beats -inf: index 0 */
+  vis.col0 = a.col0;
+  vis.lse = lse;
   const int esize = a.dtype == 0 ? 4 : 2;
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
   const long long per = (a.nvalid + a.chunks - 1) / a.chunks;
   const long long from = (long long)chunk * per;
   const long long to = from + per < a.nvalid ? from + per : a.nvalid;
-  if (from < to) argScan(st, rowp, a.dtype, from, to, a.col0, lse);
+  if (from < to) forEachElem(rowp, a.dtype, from, to, vis);
+  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
+  ArgState& st = vis.st;
   blockArgReduce<ARGMAX_THREADS>(st, lse);
 
   __shared__ int s_last;
@@ -309,11 +328,47 @@ __device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dty
   return orderKey(loadValue(rowp, j, dtype));
 }
 
+struct MaxVisit {
+  uint32_t m;
+  __device__ __forceinline__ void operator()(long long, float v) {
+    const uint32_t k = orderKey(v);
+    m = k > m ? k : m;
+  }
+};
+struct CountGeVisit {
+  uint32_t x;
+  long long c;
+  __device__ __forceinline__ void operator()(long long, float v) { c += orderKey(v) >= x; }
+};
+struct CollectVisit {
+  uint32_t t;
+  long long col0;
+  u64* cand;
+  int* count;
+  __device__ __forceinline__ void operator()(long long j, float v) {
+    const uint32_t k = orderKey(v);
+    if (k >= t) {
+      const int slot = atomicAdd(count, 1);
+      if (slot < SEL_CAND) cand[slot] = packKI(k, (uint32_t)(col0 + j));
+    }
+  }
+};
+struct CollectGtVisit {
+  uint32_t t;
+  long long col0;
+  u64* cand;
+  int* count;
+  __device__ __forceinline__ void operator()(long long j, float v) {
+    const uint32_t k = orderKey(v);
+    if (k > t) cand[atomicAdd(count, 1)] = packKI(k, (uint32_t)(col0 + j));
+  }
+};
+
 /* Number of keys >= x among the row's valid columns. */
 __device__ long long countGe(const char* rowp, int dtype, long long n, uint32_t x) {
-  long long c = 0;
-  for (long long j = threadIdx.x; j < n; j += blockDim.x) c += keyAt(rowp, j, dtype) >= x;
-  return blockSum(c);
+  CountGeVisit vis{x, 0};
+  forEachElem(rowp, dtype, 0, n, vis);
+  return blockSum(vis.c);
 }
 
 __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs a) {
@@ -333,31 +388,24 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
   const long long n = a.nvalid;
 
-  /* 1. thread maxima (KEY_NONE for a thread without elements) */
-  uint32_t tmax = KEY_NONE;
-  for (long long j = threadIdx.x; j < n; j += blockDim.x) {
-    const uint32_t kk = keyAt(rowp, j, a.dtype);
-    tmax = kk > tmax ? kk : tmax;
-  }
+  /* 1. thread maxima (KEY_NONE for a thread without elements); a thread's
+   * elements are disjoint from every other thread's */
+  MaxVisit mx{KEY_NONE};
+  forEachElem(rowp, a.dtype, 0, n, mx);
   /* the k-th largest thread maximum: sort the maxima (keys only) */
-  s_cand[threadIdx.x] = (u64)tmax;
-  for (int i = TOPK_THREADS + threadIdx.x; i < TOPK_THREADS; i += blockDim.x) s_cand[i] = 0;
+  s_cand[threadIdx.x] = (u64)mx.m;
   bitonicDesc(s_cand, TOPK_THREADS);
   if (threadIdx.x == 0) {
     s_thresh = (uint32_t)s_cand[k - 1];
     s_count = 0;
   }
   __syncthreads();
-  uint32_t t = s_thresh; /* >= k elements have key >= t (t may be KEY_NONE: all of them) */
+  const uint32_t t = s_thresh; /* >= k elements have key >= t (KEY_NONE: all of them) */
 
   /* 2. collect the elements >= t */
-  for (long long j = threadIdx.x; j < n; j += blockDim.x) {
-    const uint32_t kk = keyAt(rowp, j, a.dtype);
-    if (kk >= t) {
-      const int slot = atomicAdd(&s_count, 1);
-      if (slot < SEL_CAND) s_cand[slot] = packKI(kk, (uint32_t)(a.col0 + j));
-    }
-  }
+  CollectVisit col{t, a.col0, s_cand, &s_count};
+  forEachElem(rowp, a.dtype, 0, n, col);
+  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
   __syncthreads();
   int count = s_count;
   __syncthreads();
@@ -374,10 +422,8 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
     const uint32_t T = (uint32_t)lo;
     if (threadIdx.x == 0) s_count = 0;
     __syncthreads();
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
-      const uint32_t kk = keyAt(rowp, j, a.dtype);
-      if (kk > T) s_cand[atomicAdd(&s_count, 1)] = packKI(kk, (uint32_t)(a.col0 + j));
-    }
+    CollectGtVisit gt{T, a.col0, s_cand, &s_count};
+    forEachElem(rowp, a.dtype, 0, n, gt);
     __syncthreads();
     int have = s_count; /* < k */
     __syncthreads();

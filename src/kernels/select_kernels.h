@@ -24,13 +24,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "dpsampling.h" /* DPS_TOPK_MAX */
 #include "kernels/onesided_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define DPS_TOPK_MAX 64
 #define DPS_ARGMAX_WORDS 4
 #define DPS_TOPK_WORDS(k) (2 * (k))
 /* Blocks that share one argmax row (partials merged by the last of them). */

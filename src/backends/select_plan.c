@@ -1,0 +1,76 @@
+/* Planning of dpsArgmax / dpsTopK: see select_plan.h. */
+#include "select_plan.h"
+
+#include <string.h>
+
+/* A row is split over several blocks when there are few rows: enough blocks
+ * to keep every SM busy (four each), each with at least this many columns. */
+#define SEL_MIN_CHUNK_COLS 2048
+
+int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
+
+size_t dpsSelScratchBytes(int64_t cap_rows) {
+  return (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t) +
+         (size_t)cap_rows * sizeof(uint32_t);
+}
+
+void dpsSelPlanLocal(const dpsSelectCall* call, int tp, int rank, int64_t cols, int sms,
+                     void* scratch, int64_t cap_rows, int pdl, dpsSelLocalArgs* a) {
+  memset(a, 0, sizeof *a);
+  a->logits = call->logits;
+  a->rows = call->rows;
+  a->cols = cols;
+  a->dtype = (int)call->dtype;
+  a->col0 = (long long)rank * cols;
+  long long nvalid = call->vocab_limit - a->col0;
+  a->nvalid = nvalid < 0 ? 0 : nvalid > cols ? cols : nvalid;
+  a->k = call->k > 0 ? call->k : 1;
+  a->want_lse = call->k == 0 && call->lse != NULL;
+  int chunks = 1;
+  if (call->k == 0) {
+    const long long want = ((long long)4 * (sms > 0 ? sms : 1) + call->rows - 1) / call->rows;
+    const long long byCols = a->nvalid / SEL_MIN_CHUNK_COLS;
+    chunks = (int)(want < byCols ? want : byCols);
+    if (chunks > DPS_ARGMAX_MAX_CHUNKS) chunks = DPS_ARGMAX_MAX_CHUNKS;
+    if (chunks < 1) chunks = 1;
+  }
+  a->chunks = chunks;
+  a->partial = (uint32_t*)scratch;
+  a->tickets = (unsigned int*)((char*)scratch +
+                               (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t));
+  a->sink = DPS_SEL_SINK_FINAL;
+  a->out.index = call->index;
+  a->out.value = call->value;
+  a->out.lse = call->lse;
+  a->pdl = pdl;
+  (void)tp;
+}
+
+void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs* m) {
+  memset(m, 0, sizeof *m);
+  m->rows = call->rows;
+  m->tp = tp;
+  m->k = call->k > 0 ? call->k : 1;
+  m->dtype = (int)call->dtype;
+  m->want_lse = call->k == 0 && call->lse != NULL;
+  m->out.index = call->index;
+  m->out.value = call->value;
+  m->out.lse = call->lse;
+  m->pdl = pdl;
+}
+
+dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, cudaStream_t stream) {
+  const cudaError_t e = k > 0 ? dpsLaunchTopkLocal(a, stream) : dpsLaunchArgmaxLocal(a, stream);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "%s: local kernel launch (rows=%lld) failed: %s",
+                       k > 0 ? "topk" : "argmax", a->rows, cudaGetErrorString(e));
+  return dpsSuccess;
+}
+
+dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, cudaStream_t stream) {
+  const cudaError_t e = k > 0 ? dpsLaunchTopkMerge(m, stream) : dpsLaunchArgmaxMerge(m, stream);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "%s: merge kernel launch (rows=%lld) failed: %s",
+                       k > 0 ? "topk" : "argmax", m->rows, cudaGetErrorString(e));
+  return dpsSuccess;
+}

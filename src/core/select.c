@@ -1,0 +1,111 @@
+/* dpsArgmax and dpsTopK: the argument checks shared by every backend, then
+ * dispatch to comm->ops->select (backends/select_plan.c plans the kernels). */
+#include <inttypes.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Checks shared by both operations; fills `call` (not k). */
+static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
+                               int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
+                               dpsSelectCall* call) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
+  if (logits == NULL) return dpsSetError(dpsInvalidArgument, "%s: logits is NULL", op);
+  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
+    return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
+                       dpsDataTypeName(dtype), (int)dtype);
+  const dpsConfig_t* c = &comm->config;
+  const int64_t max_rows = (int64_t)c->max_pad_bs * c->num_tokens_per_req;
+  const int64_t want_cols = c->vocab_size / c->tp_size;
+  if (rows < 1 || rows > max_rows)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: rows=%" PRId64 " must be in [1, max_pad_bs*N = %d*%d = %" PRId64 "]",
+                       op, rows, c->max_pad_bs, c->num_tokens_per_req, max_rows);
+  if (cols != want_cols)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: logits is [%" PRId64 ", %" PRId64 "], expected [rows, V/tp] = "
+                       "[%" PRId64 ", %" PRId64 "/%d] = [%" PRId64 ", %" PRId64 "]",
+                       op, rows, cols, rows, c->vocab_size, c->tp_size, rows, want_cols);
+  if (vocab_limit < 1 || vocab_limit > c->vocab_size)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: vocab_limit=%" PRId64 " must be in [1, vocab_size=%" PRId64 "]", op,
+                       vocab_limit, c->vocab_size);
+  if ((uintptr_t)logits % dpsDataTypeSize(dtype) != 0)
+    return dpsSetError(dpsInvalidArgument, "%s: logits=%p is not aligned to its %zu-byte %s elements",
+                       op, logits, dpsDataTypeSize(dtype), dpsDataTypeName(dtype));
+  if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
+    return dpsSetError(dpsInvalidUsage,
+                       "%s: logits dtype %s differs from the communicator's logits dtype %s", op,
+                       dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  if (c->vocab_size > (int64_t)UINT32_MAX)
+    return dpsSetError(dpsInvalidUsage,
+                       "%s: vocab_size=%" PRId64 " does not fit the 32-bit global indices the "
+                       "ranks exchange",
+                       op, c->vocab_size);
+  call->logits = logits;
+  call->rows = rows;
+  call->dtype = dtype;
+  call->vocab_limit = vocab_limit;
+  return dpsSuccess;
+}
+
+static dpsResult_t checkOut(const char* op, const char* name, const void* p, size_t align,
+                            int required) {
+  if (p == NULL) {
+    if (required) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, name);
+    return dpsSuccess;
+  }
+  if ((uintptr_t)p % align != 0)
+    return dpsSetError(dpsInvalidArgument, "%s: %s=%p is not %zu-byte aligned", op, name, p, align);
+  return dpsSuccess;
+}
+
+static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall* call,
+                             cudaStream_t stream) {
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  if (comm->ops->select == NULL)
+    return dpsSetError(dpsUnavailable, "%s: the %s backend has no selection", op,
+                       comm->ops->name);
+  DPS_CHECK(dpsCommHealth(comm));
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  dpsResult_t r = comm->ops->select(comm, call, stream);
+  dpsOpLeave(comm, &x, r);
+  return r;
+}
+
+dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                      dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
+                      float* lse, cudaStream_t stream) {
+  static const char* op = "argmax";
+  dpsSelectCall call = {0};
+  DPS_CHECK(checkSelect(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
+  DPS_CHECK(checkOut(op, "index", index, 8, 1));
+  DPS_CHECK(checkOut(op, "value", value, dpsDataTypeSize(dtype), 0));
+  DPS_CHECK(checkOut(op, "lse", lse, 4, 0));
+  call.k = 0;
+  call.index = index;
+  call.value = value;
+  call.lse = lse;
+  return runSelect(comm, op, &call, stream);
+}
+
+dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                    dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,
+                    int64_t* indices, cudaStream_t stream) {
+  static const char* op = "topk";
+  dpsSelectCall call = {0};
+  DPS_CHECK(checkSelect(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
+  const int kmax = comm->config.max_topk;
+  if (k < 1 || k > kmax || (int64_t)k > vocab_limit)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: k=%d must be in [1, min(max_topk=%d, vocab_limit=%" PRId64 ")]%s", op,
+                       k, kmax, vocab_limit,
+                       kmax == 0 ? " (created with max_topk=0: no top-k buffers)" : "");
+  DPS_CHECK(checkOut(op, "indices", indices, 8, 1));
+  DPS_CHECK(checkOut(op, "values", values, dpsDataTypeSize(dtype), 0));
+  call.k = k;
+  call.index = indices;
+  call.value = values;
+  return runSelect(comm, op, &call, stream);
+}
