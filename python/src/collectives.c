@@ -88,26 +88,19 @@ static PyObject* backend_collective(PyObject* args, PyObject* kw, int all_to_all
   }
   void* stream;
   if (current_stream(s->device, &stream) != 0) goto done;
-  ncclResult_t nr = ncclSuccess;
+  /* The library's own loops (dpsNcclAllGatherBytes / dpsNcclAllToAllBytes);
+   * bytes == 0 enqueues nothing. */
+  dpsResult_t r = dpsSuccess;
   cudaError_t ce;
   Py_BEGIN_ALLOW_THREADS;
   DevGuard dg;
   ce = dev_enter(&dg, s->device);
   if (ce == cudaSuccess) {
-    cudaStream_t st = (cudaStream_t)stream;
-    if (!all_to_all) {
-      if (ti.nbytes > 0) nr = ncclAllGather(ti.ptr, to.ptr, (size_t)ti.nbytes, ncclUint8, s->comm, st);
-    } else if (ti.nbytes > 0) {
-      size_t chunk = (size_t)ti.nbytes / (size_t)s->nranks;
-      nr = ncclGroupStart();
-      for (int p = 0; p < s->nranks && nr == ncclSuccess; ++p) {
-        nr = ncclSend((const char*)ti.ptr + (size_t)p * chunk, chunk, ncclUint8, p, s->comm, st);
-        if (nr == ncclSuccess)
-          nr = ncclRecv((char*)to.ptr + (size_t)p * chunk, chunk, ncclUint8, p, s->comm, st);
-      }
-      ncclResult_t ne = ncclGroupEnd();
-      if (nr == ncclSuccess) nr = ne;
-    }
+    struct CUstream_st* st = (struct CUstream_st*)stream;
+    if (all_to_all)
+      r = dpsNcclAllToAllBytes(s->comm, ti.ptr, to.ptr, (size_t)ti.nbytes / (size_t)s->nranks, st);
+    else
+      r = dpsNcclAllGatherBytes(s->comm, ti.ptr, to.ptr, (size_t)ti.nbytes, st);
     dev_leave(&dg);
   }
   Py_END_ALLOW_THREADS;
@@ -115,9 +108,8 @@ static PyObject* backend_collective(PyObject* args, PyObject* kw, int all_to_all
     PyErr_Format(PyExc_RuntimeError, "cudaSetDevice(%d) failed: %s", s->device, cudaGetErrorString(ce));
     goto done;
   }
-  if (nr != ncclSuccess) {
-    PyErr_Format(PyExc_RuntimeError, "%s failed: %s", all_to_all ? "ncclSend/ncclRecv" : "ncclAllGather",
-                 ncclGetErrorString(nr));
+  if (r != dpsSuccess) {
+    raise_dps(r);
     goto done;
   }
   ret = Py_None;
