@@ -75,6 +75,7 @@ typedef struct {
   Adapter* adapter;
   const char* busy;   /* name of the call in progress, or NULL (see above) */
   dpsCommInfo_t info; /* snapshot for the getters while busy */
+  int may_block;      /* dpsCommOpMayBlock as of the same moment (op_gil_drop) */
 } CommObject;
 
 static void clear_views(PyObject** v, int max_pad_bs) {
@@ -188,20 +189,27 @@ static int comm_enter(CommObject* self, const char* op, Handle** hp) {
 
 /* Releases the GIL for an operation call that may block on the host (else
  * returns NULL), since another rank's thread of this process may need the
- * GIL to reach the same collective: the first swap prepares (collective),
- * and NCCL's enqueue may set up connections with the peers. A prepared onesided
- * communicator only launches a kernel: keeping the GIL there avoids handing
- * it to another thread for a call of a few microseconds, since getting it
- * back can take the interpreter's switch interval (5 ms by default). */
+ * GIL to reach the same collective. The library says which calls may
+ * (dpsCommOpMayBlock: e.g. the first swap prepares, which is collective, and
+ * NCCL's enqueue may set up connections with the peers). A call that only
+ * launches a kernel keeps the GIL: that avoids handing it to another thread
+ * for a call of a few microseconds, since getting it back can take the
+ * interpreter's switch interval (5 ms by default). */
 static PyThreadState* op_gil_drop(const CommObject* self) {
-  const int may_block = !self->info.initialized || self->info.backend != dpsBackendOnesided;
-  return may_block ? PyEval_SaveThread() : NULL; /* give back with gil_take() */
+  return self->may_block ? PyEval_SaveThread() : NULL; /* give back with gil_take() */
+}
+
+/* The state as of the end of a call: the getters' snapshot, and whether the
+ * next operation may block (if the library cannot say, assume it may). */
+static void comm_snapshot(CommObject* self, dpsComm_t comm) {
+  (void)dpsCommGetInfo(comm, &self->info);
+  if (dpsCommOpMayBlock(comm, &self->may_block) != dpsSuccess) self->may_block = 1;
 }
 
 /* Ends the call. Raise before leaving: the handle reference is dropped here
  * (never the last one, as close() waits for the call, but keep it so). */
 static void comm_leave(CommObject* self, Handle* h) {
-  if (h != NULL) (void)dpsCommGetInfo(h->comm, &self->info);
+  if (h != NULL) comm_snapshot(self, h->comm);
   self->busy = NULL;
   handle_release(h);
   Py_DECREF(self);
@@ -308,7 +316,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   self->swap_ptr = NULL;
   self->gather_ptrs[0] = self->gather_ptrs[1] = self->gather_ptrs[2] = NULL;
   self->logprob_ptr = NULL;
-  (void)dpsCommGetInfo(comm, &self->info);
+  comm_snapshot(self, comm);
   comm_leave(self, NULL);
   Py_RETURN_NONE;
 }
