@@ -177,6 +177,33 @@ PyObject* make_capsule(Handle* owner, void* host_buf, void* ptr, int device_type
 PyObject* make_tensor(Handle* owner, void* ptr, int device, DLDataType dt, int ndim,
                       const int64_t* shape);
 
+/* Cached output views of one operation, indexed by pad_bs (0..n-1): the
+ * outputs are persistent buffers, so the views made for a pad_bs serve every
+ * later call with it. `key` holds the buffers they alias (unused entries
+ * NULL); when an operation returns other buffers (never expected) the stale
+ * views are dropped. Used with the GIL held. */
+#define VIEW_CACHE_KEYS 3
+typedef struct {
+  PyObject** v; /* [n]; NULL entries: not made yet */
+  int n;
+  void* key[VIEW_CACHE_KEYS];
+} ViewCache;
+
+/* n entries, all empty; -1 (no exception set) when out of memory. */
+int view_cache_init(ViewCache* c, int n);
+/* The view for pad_bs i over the buffers `key` (a new reference), or NULL
+ * (no exception set) when none is cached; drops stale views first. */
+PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int i);
+/* Caches v (stolen) for pad_bs i; returns a new reference to it. */
+PyObject* view_cache_put(ViewCache* c, int i, PyObject* v);
+/* Drops every view (may run Python code: a view's deleter). */
+void view_cache_clear(ViewCache* c);
+/* Moves the cache out of *c (left empty), so that the caller can drop it
+ * after the object no longer points at it. */
+ViewCache view_cache_take(ViewCache* c);
+/* view_cache_clear, then frees the array; c is left empty. */
+void view_cache_free(ViewCache* c);
+
 /* ------------------------------------------------------------------------- */
 /* Device guard                                                               */
 

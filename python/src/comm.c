@@ -61,31 +61,28 @@ void handle_release(Handle* h) {
  *    is refused and the call holds the handle.
  * The call also holds a reference to the handle and works on that, never on
  * self->h (the hold that prepare used to take alone). */
+/* The operations whose outputs are handed out as cached views. */
+enum {
+  V_SWAP,    /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
+  V_GATHER,  /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
+  V_LOGPROB, /* gather_verify_logprobs: the [pad_bs, N] tensor */
+  V_COUNT
+};
+
 typedef struct {
   PyObject_HEAD Handle* h;
   int device, tp, n, max_pad_bs;
   int64_t vocab;
-  /* cached output views, indexed by pad_bs (0..max_pad_bs) */
-  PyObject** swap_views;
-  void* swap_ptr;
-  PyObject** gather_views; /* tuples (predict, accept_index, accept_length) */
-  int32_t* gather_ptrs[3];
-  PyObject** logprob_views;
-  float* logprob_ptr;
+  /* cached output views of each operation, indexed by pad_bs (0..max_pad_bs) */
+  ViewCache views[V_COUNT];
   Adapter* adapter;
   const char* busy;   /* name of the call in progress, or NULL (see above) */
   dpsCommInfo_t info; /* snapshot for the getters while busy */
   int may_block;      /* dpsCommOpMayBlock as of the same moment (op_gil_drop) */
 } CommObject;
 
-static void clear_views(PyObject** v, int max_pad_bs) {
-  if (v == NULL) return;
-  for (int i = 0; i <= max_pad_bs; ++i) Py_CLEAR(v[i]);
-}
-
-static void free_views(PyObject** v, int max_pad_bs) {
-  clear_views(v, max_pad_bs);
-  PyMem_Free(v);
+static void free_views(ViewCache* views) {
+  for (int i = 0; i < V_COUNT; ++i) view_cache_free(&views[i]);
 }
 
 /* Takes everything off the object first, then lets it go: dropping a view or
@@ -93,18 +90,14 @@ static void free_views(PyObject** v, int max_pad_bs) {
  * closed, and the last handle reference destroys without the GIL. Callers
  * make sure no call is in progress (busy == NULL). */
 static void comm_release(CommObject* self) {
-  PyObject** sv = self->swap_views;
-  PyObject** gv = self->gather_views;
-  PyObject** lv = self->logprob_views;
+  ViewCache views[V_COUNT];
+  for (int i = 0; i < V_COUNT; ++i) views[i] = view_cache_take(&self->views[i]);
   Adapter* a = self->adapter;
   Handle* h = self->h;
-  self->swap_views = self->gather_views = self->logprob_views = NULL;
   self->adapter = NULL;
   self->h = NULL;
   if (a != NULL && h != NULL) (void)dpsCommSetCollectives(h->comm, NULL);
-  free_views(sv, self->max_pad_bs);
-  free_views(gv, self->max_pad_bs);
-  free_views(lv, self->max_pad_bs);
+  free_views(views);
   adapter_free(a);
   handle_release(h);
 }
@@ -262,21 +255,19 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   dpsResult_t r = dpsConfigCheck(&cfg);
   if (r != dpsSuccess) return raise_dps(r);
   Handle* h = (Handle*)calloc(1, sizeof *h);
-  PyObject** sv = PyMem_Calloc((size_t)max_pad_bs + 1, sizeof(PyObject*));
-  PyObject** gv = PyMem_Calloc((size_t)max_pad_bs + 1, sizeof(PyObject*));
-  PyObject** lv = PyMem_Calloc((size_t)max_pad_bs + 1, sizeof(PyObject*));
-  if (h == NULL || sv == NULL || gv == NULL || lv == NULL) {
+  ViewCache views[V_COUNT];
+  memset(views, 0, sizeof views);
+  int nomem = h == NULL;
+  for (int i = 0; i < V_COUNT && !nomem; ++i)
+    nomem = view_cache_init(&views[i], max_pad_bs + 1) != 0;
+  if (nomem) {
     free(h);
-    PyMem_Free(sv);
-    PyMem_Free(gv);
-    PyMem_Free(lv);
+    free_views(views);
     return PyErr_NoMemory();
   }
   if (comm_enter(self, "_create", NULL) != 0) { /* cannot fail: checked above */
     free(h);
-    PyMem_Free(sv);
-    PyMem_Free(gv);
-    PyMem_Free(lv);
+    free_views(views);
     return NULL;
   }
   /* The creation borrows the group's NCCL communicator: hold it across the
@@ -292,9 +283,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   if (r != dpsSuccess) {
     raise_dps(r); /* before anything else can call the library on this thread */
     free(h);
-    PyMem_Free(sv);
-    PyMem_Free(gv);
-    PyMem_Free(lv);
+    free_views(views);
     shared_nccl_release(s); /* not the last: grp holds one */
     comm_leave(self, NULL);
     return NULL;
@@ -310,12 +299,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   self->n = n;
   self->max_pad_bs = max_pad_bs;
   self->vocab = (int64_t)vocab;
-  self->swap_views = sv;
-  self->gather_views = gv;
-  self->logprob_views = lv;
-  self->swap_ptr = NULL;
-  self->gather_ptrs[0] = self->gather_ptrs[1] = self->gather_ptrs[2] = NULL;
-  self->logprob_ptr = NULL;
+  memcpy(self->views, views, sizeof views);
   comm_snapshot(self, comm);
   comm_leave(self, NULL);
   Py_RETURN_NONE;
@@ -374,19 +358,13 @@ static PyObject* comm_set_collectives(CommObject* self, PyObject* args) {
 }
 
 static PyObject* swap_view(CommObject* self, Handle* h, void* out, int pad_bs, dpsDataType_t dt) {
-  if (out != self->swap_ptr) { /* a new buffer (never expected): drop stale views */
-    clear_views(self->swap_views, self->max_pad_bs);
-    self->swap_ptr = out;
-  }
-  PyObject* v = self->swap_views[pad_bs];
-  if (v == NULL) {
-    int64_t shape[2] = {(int64_t)(pad_bs / self->tp) * self->n, self->vocab};
-    v = make_tensor(h, out, self->device, dl_of_dps(dt), 2, shape);
-    if (v == NULL) return NULL;
-    self->swap_views[pad_bs] = v;
-  }
-  Py_INCREF(v);
-  return v;
+  void* key[VIEW_CACHE_KEYS] = {out};
+  PyObject* v = view_cache_get(&self->views[V_SWAP], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t shape[2] = {(int64_t)(pad_bs / self->tp) * self->n, self->vocab};
+  v = make_tensor(h, out, self->device, dl_of_dps(dt), 2, shape);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[V_SWAP], pad_bs, v);
 }
 
 static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
@@ -492,33 +470,25 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, P
                              &aio, &alo, (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  if (po != self->gather_ptrs[0] || aio != self->gather_ptrs[1] || alo != self->gather_ptrs[2]) {
-    clear_views(self->gather_views, self->max_pad_bs);
-    self->gather_ptrs[0] = po;
-    self->gather_ptrs[1] = aio;
-    self->gather_ptrs[2] = alo;
+  void* key[VIEW_CACHE_KEYS] = {po, aio, alo};
+  PyObject* v = view_cache_get(&self->views[V_GATHER], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  int64_t s1[1] = {pad_bs};
+  PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
+  PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
+  PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
+  if (c == NULL) {
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return NULL;
   }
-  PyObject* v = self->gather_views[pad_bs];
-  if (v == NULL) {
-    int64_t s2[2] = {pad_bs, self->n};
-    int64_t s1[1] = {pad_bs};
-    PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
-    PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
-    PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
-    if (c == NULL) {
-      Py_XDECREF(a);
-      Py_XDECREF(b);
-      return NULL;
-    }
-    v = PyTuple_Pack(3, a, b, c);
-    Py_DECREF(a);
-    Py_DECREF(b);
-    Py_DECREF(c);
-    if (v == NULL) return NULL;
-    self->gather_views[pad_bs] = v;
-  }
-  Py_INCREF(v);
-  return v;
+  v = PyTuple_Pack(3, a, b, c);
+  Py_DECREF(a);
+  Py_DECREF(b);
+  Py_DECREF(c);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[V_GATHER], pad_bs, v);
 }
 
 static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject* kw) {
@@ -553,19 +523,13 @@ static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* x, 
                               (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  if (out != self->logprob_ptr) {
-    clear_views(self->logprob_views, self->max_pad_bs);
-    self->logprob_ptr = out;
-  }
-  PyObject* v = self->logprob_views[pad_bs];
-  if (v == NULL) {
-    int64_t s2[2] = {pad_bs, self->n};
-    v = make_tensor(h, out, self->device, dl_f32, 2, s2);
-    if (v == NULL) return NULL;
-    self->logprob_views[pad_bs] = v;
-  }
-  Py_INCREF(v);
-  return v;
+  void* key[VIEW_CACHE_KEYS] = {out};
+  PyObject* v = view_cache_get(&self->views[V_LOGPROB], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  v = make_tensor(h, out, self->device, dl_f32, 2, s2);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[V_LOGPROB], pad_bs, v);
 }
 
 static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject* kw) {

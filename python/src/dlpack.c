@@ -113,3 +113,47 @@ PyObject* make_tensor(Handle* owner, void* ptr, int device, DLDataType dt, int n
   Py_DECREF(cap); /* consumed by torch (renamed), or freed here through the destructor */
   return tensor;
 }
+
+/* ------------------------------------------------------------------------- */
+/* Cached output views                                                        */
+
+int view_cache_init(ViewCache* c, int n) {
+  memset(c, 0, sizeof *c);
+  c->v = PyMem_Calloc((size_t)n, sizeof(PyObject*));
+  if (c->v == NULL) return -1;
+  c->n = n;
+  return 0;
+}
+
+PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int i) {
+  if (memcmp(c->key, key, sizeof c->key) != 0) { /* new buffers: drop stale views */
+    view_cache_clear(c);
+    memcpy(c->key, key, sizeof c->key);
+  }
+  PyObject* v = c->v[i];
+  Py_XINCREF(v);
+  return v;
+}
+
+PyObject* view_cache_put(ViewCache* c, int i, PyObject* v) {
+  Py_XSETREF(c->v[i], v);
+  Py_INCREF(v);
+  return v;
+}
+
+void view_cache_clear(ViewCache* c) {
+  if (c->v == NULL) return;
+  for (int i = 0; i < c->n; ++i) Py_CLEAR(c->v[i]);
+}
+
+ViewCache view_cache_take(ViewCache* c) {
+  ViewCache t = *c;
+  memset(c, 0, sizeof *c);
+  return t;
+}
+
+void view_cache_free(ViewCache* c) {
+  view_cache_clear(c);
+  PyMem_Free(c->v);
+  memset(c, 0, sizeof *c);
+}
