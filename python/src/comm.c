@@ -31,6 +31,14 @@ void handle_release(Handle* h) {
 /* ------------------------------------------------------------------------- */
 /* Comm: base type of dpsampling.DpSamplingComm                               */
 
+/* The operations whose outputs are handed out as cached views. */
+enum {
+  V_SWAP,    /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
+  V_GATHER,  /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
+  V_LOGPROB, /* gather_verify_logprobs: the [pad_bs, N] tensor */
+  V_COUNT
+};
+
 /* A call in progress and the GIL.
  *
  * Every library call that may block the host runs without the GIL: creation
@@ -61,14 +69,6 @@ void handle_release(Handle* h) {
  *    is refused and the call holds the handle.
  * The call also holds a reference to the handle and works on that, never on
  * self->h (the hold that prepare used to take alone). */
-/* The operations whose outputs are handed out as cached views. */
-enum {
-  V_SWAP,    /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
-  V_GATHER,  /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
-  V_LOGPROB, /* gather_verify_logprobs: the [pad_bs, N] tensor */
-  V_COUNT
-};
-
 typedef struct {
   PyObject_HEAD Handle* h;
   int device, tp, n, max_pad_bs;
