@@ -287,6 +287,18 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
  * concurrently with dpsCommClose or dpsCommRelease. */
 dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
+/* Whether the next operation call (swap, gather, prepare) on this
+ * communicator may block the host thread: *may_block is 1 while the
+ * communicator is not yet prepared (the call may allocate, which is
+ * collective) or when its backend's enqueue can wait for peers (nccl: NCCL
+ * may set up connections lazily), 0 when the call only launches kernels
+ * (a prepared onesided communicator). A binding that holds a lock such as
+ * Python's GIL can keep it across a call that cannot block and must release
+ * it otherwise, so that another rank's thread of the same process can reach
+ * the collective. The answer holds until the next call on the communicator;
+ * it works after dpsCommClose too. */
+dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
+
 /* ------------------------------------------------------------------------- */
 /* Operations                                                                 */
 
@@ -390,6 +402,20 @@ typedef struct {
 /* Installs `table` (copied; NULL restores NCCL). A NULL function pointer in
  * the table means "use NCCL for this one". Not a collective. */
 dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
+
+/* The default collectives themselves, over any NCCL communicator (e.g. for a
+ * binding that offers them to an engine as its collectives object). Both are
+ * enqueued on `stream` (the caller makes the communicator's device current),
+ * make no host synchronization, and follow the semantics above with
+ * `bytes` per rank: all_gather reads `bytes` from sendbuf and writes
+ * nranks*bytes to recvbuf; all_to_all reads and writes nranks*bytes. bytes
+ * == 0 is a no-op that succeeds. nccl_comm must not be NULL, nor sendbuf and
+ * recvbuf when bytes > 0 (dpsInvalidArgument, naming the argument); an NCCL
+ * failure is dpsNcclError naming the NCCL call. */
+dpsResult_t dpsNcclAllGatherBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
+                                  size_t bytes, struct CUstream_st* stream);
+dpsResult_t dpsNcclAllToAllBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
+                                 size_t bytes, struct CUstream_st* stream);
 
 #ifdef __cplusplus
 }

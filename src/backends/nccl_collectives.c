@@ -38,3 +38,26 @@ dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_
   DPS_NCCL_CHECK(ncclGroupEnd());
   return dpsSuccess;
 }
+
+/* The public entry points (dpsampling.h): the same two functions, with the
+ * argument checks of the public API. */
+static dpsResult_t checkBytesArgs(const char* fn, ncclComm_t nccl, const void* sendbuf,
+                                  const void* recvbuf, size_t bytes) {
+  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "%s: nccl_comm is NULL", fn);
+  if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL))
+    return dpsSetError(dpsInvalidArgument, "%s: %s is NULL with bytes=%zu", fn,
+                       sendbuf == NULL ? "sendbuf" : "recvbuf", bytes);
+  return dpsSuccess;
+}
+
+dpsResult_t dpsNcclAllGatherBytes(ncclComm_t nccl_comm, const void* sendbuf, void* recvbuf,
+                                  size_t bytes, cudaStream_t stream) {
+  DPS_CHECK(checkBytesArgs("dpsNcclAllGatherBytes", nccl_comm, sendbuf, recvbuf, bytes));
+  return dpsNcclAllGather((void*)nccl_comm, sendbuf, recvbuf, bytes, stream);
+}
+
+dpsResult_t dpsNcclAllToAllBytes(ncclComm_t nccl_comm, const void* sendbuf, void* recvbuf,
+                                 size_t bytes, cudaStream_t stream) {
+  DPS_CHECK(checkBytesArgs("dpsNcclAllToAllBytes", nccl_comm, sendbuf, recvbuf, bytes));
+  return dpsNcclAllToAll((void*)nccl_comm, sendbuf, recvbuf, bytes, stream);
+}

@@ -75,6 +75,17 @@ int main(void) {
       FX_CHECK_ERR(dpsCommGetAsyncError(NULL, &ae), dpsInvalidArgument, "comm");
       FX_CHECK(ae == (dpsResult_t)-5, "async_error written on failure");
     }
+    {
+      int mb = -5;
+      FX_CHECK_ERR(dpsCommOpMayBlock(NULL, &mb), dpsInvalidArgument, "comm");
+      FX_CHECK(mb == -5, "may_block written on failure");
+    }
+    /* The default collectives: NULL communicator or buffers, before any NCCL call. */
+    {
+      char b[8];
+      FX_CHECK_ERR(dpsNcclAllGatherBytes(NULL, b, b, 8, NULL), dpsInvalidArgument, "nccl_comm");
+      FX_CHECK_ERR(dpsNcclAllToAllBytes(NULL, b, b, 8, NULL), dpsInvalidArgument, "nccl_comm");
+    }
     FX_CHECK_OK(dpsCommDestroy(NULL));
   }
 

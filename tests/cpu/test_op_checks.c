@@ -342,12 +342,35 @@ static int testTimeoutEnv(void) {
   return 0;
 }
 
+/* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided -> not. */
+static int testOpMayBlock(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsDtypeUnset);
+  dpsComm_t comm;
+  int mb = -1;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_ERR(dpsCommOpMayBlock(comm, NULL), dpsInvalidArgument, "may_block");
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 1, "unprepared onesided: may_block=%d, want 1", mb);
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 0, "prepared onesided: may_block=%d, want 0", mb);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  cfg = config(dpsBfloat16);
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 1, "prepared nccl: may_block=%d, want 1", mb);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
 int main(void) {
   int fails = 0;
   fails += testTimeoutEnv();
   fails += testSwapChecks();
   fails += testGatherChecks();
   fails += testDtypeLock();
+  fails += testOpMayBlock();
   fails += testStickyAsyncError();
   fails += testWatchdogThread();
   printf("test_op_checks: %s\n", fails ? "FAILED" : "passed");

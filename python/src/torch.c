@@ -1,0 +1,214 @@
+/* torch, loaded lazily (the first time a tensor crosses the boundary), its
+ * current stream, and tensor arguments coming in. */
+#include "binding.h"
+
+/* torch, loaded on first use */
+static int t_ready = 0;
+PyObject* t_from_dlpack = NULL;            /* torch._C._from_dlpack */
+static PyObject* t_raw_stream = NULL;      /* torch._C._cuda_getCurrentRawStream, or NULL */
+static PyObject* t_current_stream = NULL;  /* torch.cuda.current_stream (fallback) */
+PyObject* t_f32 = NULL;
+PyObject* t_bf16 = NULL;
+PyObject* t_f16 = NULL;
+PyObject* t_i32 = NULL;
+PyObject* t_u8 = NULL;
+
+#define DPS_TORCH_MISSING                                                                  \
+  "dpsampling needs PyTorch for tensors and communicators, and it is not installed: "    \
+  "pip install 'dpsampling[torch]' (or a CUDA 13 build of torch, e.g. "                  \
+  "pip install torch --index-url https://download.pytorch.org/whl/cu130)"
+
+int torch_load(void) {
+  if (t_ready) return 0;
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (torch == NULL) {
+    if (PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_ModuleNotFoundError, DPS_TORCH_MISSING);
+    }
+    return -1;
+  }
+  int rc = -1;
+  PyObject* C = PyObject_GetAttrString(torch, "_C");
+  if (C == NULL) goto out;
+  t_from_dlpack = PyObject_GetAttrString(C, "_from_dlpack");
+  if (t_from_dlpack == NULL) {
+    PyErr_Clear();
+    t_from_dlpack = PyObject_GetAttrString(torch, "from_dlpack");
+    if (t_from_dlpack == NULL) goto out;
+  }
+  t_raw_stream = PyObject_GetAttrString(C, "_cuda_getCurrentRawStream");
+  if (t_raw_stream == NULL) {
+    PyErr_Clear();
+    PyObject* cuda = PyObject_GetAttrString(torch, "cuda");
+    if (cuda == NULL) goto out;
+    t_current_stream = PyObject_GetAttrString(cuda, "current_stream");
+    Py_DECREF(cuda);
+    if (t_current_stream == NULL) goto out;
+  }
+  if ((t_f32 = PyObject_GetAttrString(torch, "float32")) == NULL) goto out;
+  if ((t_bf16 = PyObject_GetAttrString(torch, "bfloat16")) == NULL) goto out;
+  if ((t_f16 = PyObject_GetAttrString(torch, "float16")) == NULL) goto out;
+  if ((t_i32 = PyObject_GetAttrString(torch, "int32")) == NULL) goto out;
+  if ((t_u8 = PyObject_GetAttrString(torch, "uint8")) == NULL) goto out;
+  t_ready = 1;
+  rc = 0;
+out:
+  Py_XDECREF(C);
+  Py_DECREF(torch);
+  return rc;
+}
+
+int current_stream(int device, void** stream) {
+  PyObject* r;
+  if (t_raw_stream != NULL) {
+    r = PyObject_CallFunction(t_raw_stream, "i", device);
+  } else {
+    PyObject* s = PyObject_CallFunction(t_current_stream, "i", device);
+    if (s == NULL) return -1;
+    r = PyObject_GetAttr(s, s_cuda_stream);
+    Py_DECREF(s);
+  }
+  if (r == NULL) return -1;
+  void* p = PyLong_AsVoidPtr(r);
+  Py_DECREF(r);
+  if (p == NULL && PyErr_Occurred()) return -1;
+  *stream = p;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Tensors in                                                                 */
+
+PyObject* tensor_dtype(PyObject* t, const char* name) {
+  PyObject* dt = PyObject_GetAttr(t, s_dtype);
+  if (dt == NULL) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a torch.Tensor, got %.200s", name, Py_TYPE(t)->tp_name);
+  }
+  return dt;
+}
+
+static int long_of_call(PyObject* t, PyObject* meth, long long* v) {
+  PyObject* r = PyObject_CallMethodNoArgs(t, meth);
+  if (r == NULL) return -1;
+  *v = PyLong_AsLongLong(r);
+  Py_DECREF(r);
+  return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int want_nbytes,
+               TArg* a) {
+  long long dev;
+  if (long_of_call(t, s_get_device, &dev) != 0) return -1;
+  if (dev != device) {
+    if (dev < 0)
+      PyErr_Format(PyExc_ValueError, "%s must be a CUDA tensor on cuda:%d (the communicator's device), got a CPU tensor",
+                   name, device);
+    else
+      PyErr_Format(PyExc_ValueError, "%s is on cuda:%lld but the communicator is on cuda:%d", name,
+                   dev, device);
+    return -1;
+  }
+  PyObject* shape = PyObject_GetAttr(t, s_shape);
+  if (shape == NULL) return -1;
+  if (!PyTuple_Check(shape)) {
+    Py_DECREF(shape);
+    PyErr_Format(PyExc_TypeError, "%s.shape is not a tuple", name);
+    return -1;
+  }
+  a->ndim = PyTuple_GET_SIZE(shape);
+  if (want_ndim >= 0) {
+    if (a->ndim != want_ndim) {
+      PyErr_Format(PyExc_ValueError, "%s must be %d-D, got shape %R", name, want_ndim, shape);
+      Py_DECREF(shape);
+      return -1;
+    }
+    for (int i = 0; i < want_ndim; ++i) {
+      a->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+      if (a->shape[i] == -1 && PyErr_Occurred()) {
+        Py_DECREF(shape);
+        return -1;
+      }
+    }
+  }
+  Py_DECREF(shape);
+  PyObject* c = PyObject_CallMethodNoArgs(t, s_is_contiguous);
+  if (c == NULL) return -1;
+  int contig = PyObject_IsTrue(c);
+  Py_DECREF(c);
+  if (contig < 0) return -1;
+  if (!contig) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s must be contiguous (row-major); call .contiguous() first", name);
+    return -1;
+  }
+  PyObject* r = PyObject_CallMethodNoArgs(t, s_data_ptr);
+  if (r == NULL) return -1;
+  a->ptr = PyLong_AsVoidPtr(r);
+  Py_DECREF(r);
+  if (a->ptr == NULL && PyErr_Occurred()) return -1;
+  if (want_nbytes) {
+    PyObject* nb = PyObject_GetAttr(t, s_nbytes);
+    if (nb == NULL) return -1;
+    a->nbytes = PyLong_AsLongLong(nb);
+    Py_DECREF(nb);
+    if (a->nbytes == -1 && PyErr_Occurred()) return -1;
+  }
+  return 0;
+}
+
+int dtype_code_of(PyObject* o, int allow_none, const char* name) {
+  if (o == Py_None && allow_none) return dpsDtypeUnset;
+  if (PyUnicode_Check(o)) {
+    const char* s = PyUnicode_AsUTF8(o);
+    if (s == NULL) return -2;
+    if (strncmp(s, "torch.", 6) == 0) s += 6;
+    if (!strcmp(s, "fp32") || !strcmp(s, "float32") || !strcmp(s, "float")) return dpsFloat32;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return dpsBfloat16;
+    if (!strcmp(s, "fp16") || !strcmp(s, "float16") || !strcmp(s, "half")) return dpsFloat16;
+  } else if (strcmp(Py_TYPE(o)->tp_name, "torch.dtype") == 0) {
+    if (torch_load() != 0) return -2;
+    if (o == t_f32) return dpsFloat32;
+    if (o == t_bf16) return dpsBfloat16;
+    if (o == t_f16) return dpsFloat16;
+  }
+  PyErr_Format(PyExc_TypeError,
+               "%s=%R is not a supported logits dtype; expected torch.float32, torch.bfloat16 or "
+               "torch.float16, or one of the names 'fp32', 'float32', 'float', 'bf16', "
+               "'bfloat16', 'fp16', 'float16', 'half' (each also with a 'torch.' prefix)%s",
+               name, o, allow_none ? ", or None" : "");
+  return -2;
+}
+
+long inferred_pad_bs(int64_t rows, int tp) {
+  if (rows < 0 || tp < 1 || rows > INT32_MAX / tp) return -1;
+  return (long)(rows * tp);
+}
+
+int pad_bs_arg(PyObject* o, long dflt, int* pad_bs) {
+  long v = dflt;
+  if (o != Py_None) {
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+      PyErr_Format(PyExc_TypeError, "pad_bs must be an int, got %.200s", Py_TYPE(o)->tp_name);
+      return -1;
+    }
+    PyObject* i = PyNumber_Index(o); /* numpy and other integer types */
+    if (i == NULL) return -1;
+    int overflow = 0;
+    v = PyLong_AsLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow) v = -1;
+  }
+  if (v < 1 || v > INT32_MAX) {
+    if (o == Py_None)
+      PyErr_Format(PyExc_ValueError,
+                   "pad_bs could not be inferred from the input shape (got %ld); pass pad_bs=", v);
+    else
+      PyErr_Format(PyExc_ValueError, "pad_bs=%R must be a positive int", o);
+    return -1;
+  }
+  *pad_bs = (int)v;
+  return 0;
+}
