@@ -226,7 +226,7 @@ dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
  *   any CUDA-graph capture of this communicator's operations. It waits for
  *   the communicator's own queued work (the work of its operations that were
  *   not captured; never a device-wide synchronize) for at most twice the
- *   timeout, then, onesided: the ranks exchange their health with a timed
+ *   timeout plus one second, then, onesided: the ranks exchange their health with a timed
  *   kernel, and only if every rank is healthy they deregister the symmetric
  *   windows (collective), else every rank skips that step alike; a
  *   library-owned NCCL communicator is destroyed (aborted after a failure).

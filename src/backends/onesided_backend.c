@@ -328,7 +328,7 @@ static int envGatherThreads(void) {
 
 /* DPSAMPLING_ONESIDED_GATHER_PROTO: "ll" (default) or "ll128". On 2 x H200
  * LL128 measured 0.18-0.75 us slower than LL for every gather up to
- * pad_bs 512 x N 8 (README), hence opt-in. The ranks agree on the minimum,
+ * pad_bs 512 x N 8 (docs/performance.md), hence opt-in. The ranks agree on the minimum,
  * so LL128 runs only if every rank asks for it and verifies NVLink. */
 static int envGatherProto(void) {
   const char* v = getenv("DPSAMPLING_ONESIDED_GATHER_PROTO");

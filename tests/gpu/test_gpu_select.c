@@ -15,142 +15,7 @@
 #include <string.h>
 
 #include "gpu_common.h"
-
-enum { MAXK = 64 };
-
-typedef struct {
-  int tp, rank;
-  int64_t v_local, vocab;
-  int max_rows;
-  dpsDataType_t dtype;
-  void* d_in;
-  int64_t *d_idx, *d_tidx;
-  void *d_val, *d_tval;
-  float* d_lse;
-  void* h_in;
-  float* h_row; /* one full row, fp32 */
-  int64_t *h_idx, *h_tidx;
-  void *h_val, *h_tval;
-  float* h_lse;
-} SelBufs;
-
-static int selAlloc(SelBufs* b, int tp, int rank, int64_t v_local, int max_rows,
-                    dpsDataType_t dtype) {
-  memset(b, 0, sizeof *b);
-  b->tp = tp;
-  b->rank = rank;
-  b->v_local = v_local;
-  b->vocab = v_local * tp;
-  b->max_rows = max_rows;
-  b->dtype = dtype;
-  const size_t es = dpsDataTypeSize(dtype), R = (size_t)max_rows;
-  GT_CUDA(cudaMalloc(&b->d_in, R * (size_t)v_local * es));
-  GT_CUDA(cudaMalloc((void**)&b->d_idx, R * 8));
-  GT_CUDA(cudaMalloc(&b->d_val, R * es));
-  GT_CUDA(cudaMalloc((void**)&b->d_lse, R * 4));
-  GT_CUDA(cudaMalloc((void**)&b->d_tidx, R * MAXK * 8));
-  GT_CUDA(cudaMalloc(&b->d_tval, R * MAXK * es));
-  b->h_in = malloc(R * (size_t)v_local * es);
-  b->h_row = (float*)malloc((size_t)b->vocab * 4);
-  b->h_idx = (int64_t*)malloc(R * 8);
-  b->h_val = malloc(R * es);
-  b->h_lse = (float*)malloc(R * 4);
-  b->h_tidx = (int64_t*)malloc(R * MAXK * 8);
-  b->h_tval = malloc(R * MAXK * es);
-  FX_CHECK(b->h_in && b->h_row && b->h_idx && b->h_val && b->h_lse && b->h_tidx && b->h_tval,
-           "host allocation");
-  return 0;
-}
-
-static void selFree(SelBufs* b) {
-  cudaFree(b->d_in);
-  cudaFree(b->d_idx);
-  cudaFree(b->d_val);
-  cudaFree(b->d_lse);
-  cudaFree(b->d_tidx);
-  cudaFree(b->d_tval);
-  free(b->h_in);
-  free(b->h_row);
-  free(b->h_idx);
-  free(b->h_val);
-  free(b->h_lse);
-  free(b->h_tidx);
-  free(b->h_tval);
-}
-
-static int selUpload(SelBufs* b, int rows, int step) {
-  for (int r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < b->v_local; ++c)
-      fxStore(b->h_in, (size_t)r * b->v_local + c,
-              fxSelValue(r, b->rank * b->v_local + c, b->vocab, b->v_local, step), b->dtype);
-  GT_CUDA(cudaMemcpy(b->d_in, b->h_in, (size_t)rows * b->v_local * dpsDataTypeSize(b->dtype),
-                     cudaMemcpyHostToDevice));
-  /* poison the outputs: a row not written is caught */
-  GT_CUDA(cudaMemset(b->d_idx, 0xab, (size_t)b->max_rows * 8));
-  GT_CUDA(cudaMemset(b->d_tidx, 0xab, (size_t)b->max_rows * MAXK * 8));
-  return 0;
-}
-
-static int sameFloat(float a, float b) { return (a != a && b != b) || a == b; }
-
-/* Checks rows [0, rows) of the argmax (k == 0) or top-k outputs. */
-static int selCheck(SelBufs* b, int rows, int step, int64_t limit, int k, int want_lse,
-                    const char* what) {
-  const size_t es = dpsDataTypeSize(b->dtype);
-  long bad = 0;
-  if (k == 0) {
-    GT_CUDA(cudaMemcpy(b->h_idx, b->d_idx, (size_t)rows * 8, cudaMemcpyDeviceToHost));
-    GT_CUDA(cudaMemcpy(b->h_val, b->d_val, (size_t)rows * es, cudaMemcpyDeviceToHost));
-    if (want_lse)
-      GT_CUDA(cudaMemcpy(b->h_lse, b->d_lse, (size_t)rows * 4, cudaMemcpyDeviceToHost));
-  } else {
-    GT_CUDA(cudaMemcpy(b->h_tidx, b->d_tidx, (size_t)rows * k * 8, cudaMemcpyDeviceToHost));
-    GT_CUDA(cudaMemcpy(b->h_tval, b->d_tval, (size_t)rows * k * es, cudaMemcpyDeviceToHost));
-  }
-  for (int r = 0; r < rows; ++r) {
-    /* the reference sees the values as stored in the dtype */
-    for (int64_t c = 0; c < b->vocab; ++c) {
-      uint32_t tmp = 0;
-      fxStore(&tmp, 0, fxSelValue(r, c, b->vocab, b->v_local, step), b->dtype);
-      b->h_row[c] = fxLoad(&tmp, 0, b->dtype);
-    }
-    if (k == 0) {
-      int64_t wi;
-      float wv;
-      double wl;
-      fxRefArgmax(b->h_row, limit, &wi, &wv, &wl);
-      const float gv = fxLoad(b->h_val, (size_t)r, b->dtype);
-      int ok = b->h_idx[r] == wi && sameFloat(gv, wv);
-      if (want_lse) {
-        const float gl = b->h_lse[r];
-        const int lok = (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
-                        (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
-        ok = ok && lok;
-        if (!lok && bad < 5)
-          fprintf(stderr, "  %s row %d: lse %.7g, want %.7g\n", what, r, gl, wl);
-      }
-      if (!ok && bad < 5)
-        fprintf(stderr, "  %s row %d: index %lld value %g, want %lld %g\n", what, r,
-                (long long)b->h_idx[r], gv, (long long)wi, wv);
-      bad += !ok;
-    } else {
-      int64_t wi[MAXK];
-      float wv[MAXK];
-      fxRefTopK(b->h_row, limit, k, wi, wv);
-      for (int j = 0; j < k; ++j) {
-        const int64_t gi = b->h_tidx[(size_t)r * k + j];
-        const float gv = fxLoad(b->h_tval, (size_t)r * k + j, b->dtype);
-        const int ok = gi == wi[j] && sameFloat(gv, wv[j]);
-        if (!ok && bad < 5)
-          fprintf(stderr, "  %s row %d [%d]: index %lld value %g, want %lld %g\n", what, r, j,
-                  (long long)gi, gv, (long long)wi[j], wv[j]);
-        bad += !ok;
-      }
-    }
-  }
-  FX_CHECK(bad == 0, "%s: %ld values wrong", what, bad);
-  return 0;
-}
+#include "select_common.h"
 
 static int body(int rank, int tp, dpsBackend_t backend) {
   static const int64_t vlocals[] = {1, 7, 33, 1001, 76032};
@@ -172,7 +37,7 @@ static int body(int rank, int tp, dpsBackend_t backend) {
       int rc = gtCreate(&comm, &cfg);
       if (rc) return rc;
       SelBufs b;
-      if (selAlloc(&b, tp, rank, v_local, max_rows, dt)) return 1;
+      if (selAlloc(&b, tp, rank, v_local, max_rows, dt, s)) return 1;
       const int64_t V = b.vocab;
       const int64_t limits[] = {V, V - 1, v_local, 1, (v_local + 1) / 2};
       const int rows_seq[] = {max_rows, 1, 5, max_rows / 2, 3};
@@ -233,7 +98,7 @@ static int body(int rank, int tp, dpsBackend_t backend) {
       }
       /* bad arguments: an error naming the argument, nothing written */
       if (vi == 1 && di == 0) {
-        GT_CUDA(cudaMemset(b.d_idx, 0x5a, (size_t)max_rows * 8));
+        GT_CUDA(cudaMemsetAsync(b.d_idx, 0x5a, (size_t)max_rows * 8, s));
         FX_CHECK_ERR(dpsArgmax(comm, b.d_in, max_rows + 1, v_local, dt, V, b.d_idx, NULL, NULL, s),
                      dpsInvalidArgument, "rows=");
         FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local + 1, dt, V, b.d_idx, NULL, NULL, s),
@@ -260,7 +125,8 @@ static int body(int rank, int tp, dpsBackend_t backend) {
                      dpsInvalidArgument, "vocab_limit=4");
         GT_CUDA(cudaStreamSynchronize(s));
         int64_t h[4];
-        GT_CUDA(cudaMemcpy(h, b.d_idx, sizeof h, cudaMemcpyDeviceToHost));
+        GT_CUDA(cudaMemcpyAsync(h, b.d_idx, sizeof h, cudaMemcpyDeviceToHost, s));
+        GT_CUDA(cudaStreamSynchronize(s));
         for (int i = 0; i < 4; ++i)
           FX_CHECK(h[i] == 0x5a5a5a5a5a5a5a5all, "a refused call wrote the output");
         ++cases;

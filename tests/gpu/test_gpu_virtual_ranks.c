@@ -43,7 +43,7 @@
  * Default: a reduced matrix for every tp in 2..8 and both backends (well
  * under a minute on one H200). DPS_VR_FULL=1 (or "full"): the full matrix.
  * Arguments (or environment): tp=2,5-8 (DPS_VR_TP), backend=nccl|onesided|
- * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout|all
+ * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select|all
  * (DPS_VR_SCENARIO), full, small (= DPS_TEST_SMALL=1: skips shapes above
  * 1 Mi logits elements and lengthens the timeout, for compute-sanitizer).
  * DPS_VR_TIMEOUT_MS (default 2000, 20000 with small), DPS_VR_BLOCKS (grid
@@ -67,8 +67,10 @@
 #include <unistd.h>
 
 #include "gpu_common.h"
+#include "select_common.h"
 #include "internal.h"
 #include "backends/onesided_plan.h"
+#include "backends/select_plan.h"
 #include "kernels/onesided_kernels.h"
 
 cudaError_t vrLaunchSpin(unsigned long long ns, cudaStream_t stream); /* vr_spin.cu */
@@ -80,7 +82,7 @@ cudaError_t vrPreloadSpin(void);
 #define VR_BARRIER_S 120 /* a host barrier waiting longer than this gives up */
 
 enum { VR_NCCL = 0, VR_ONESIDED = 1 };
-enum { VR_SC_SHAPES = 1, VR_SC_RUNAHEAD = 2, VR_SC_GRAPH = 4, VR_SC_TIMEOUT = 8 };
+enum { VR_SC_SHAPES = 1, VR_SC_RUNAHEAD = 2, VR_SC_GRAPH = 4, VR_SC_TIMEOUT = 8, VR_SC_SELECT = 16 };
 enum { VR_OP_SWAP_LL = 0, VR_OP_SWAP_DIRECT = 1, VR_OP_OUTPUTS = 2, VR_OP_LOGPROBS = 3 };
 #define VR_LL_DEFAULT ((uint64_t)256 * 1024) /* the backend's default swap LL threshold */
 #define VR_LL_ALWAYS ((uint64_t)16 << 20)    /* its maximum: LL wherever the staging fits */
@@ -88,7 +90,7 @@ enum { VR_OP_SWAP_LL = 0, VR_OP_SWAP_DIRECT = 1, VR_OP_OUTPUTS = 2, VR_OP_LOGPRO
 /* ---- options ------------------------------------------------------------------ */
 static int g_tps[VR_MAX_TP + 1]; /* g_tps[tp] = 1: run it */
 static int g_backends = 3;       /* bit VR_NCCL, bit VR_ONESIDED */
-static int g_scenarios = VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT;
+static int g_scenarios = VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT;
 static int g_full = 0, g_small = 0;
 static int g_timeout_ms = 2000;
 static int g_blocks_override = 0;
@@ -123,6 +125,7 @@ typedef struct {
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* mapped pinned host word */
   unsigned long long* herr_dev;
+  void* sel_scratch; /* argmax / top-k local pass */
 } VrOs;
 
 typedef struct {
@@ -148,6 +151,7 @@ typedef struct {
   int paths_seen;      /* bit 0 direct, bit 1 LL (onesided swap plans) */
   unsigned widths_seen; /* OR of the swap plans' widths */
   double stall_s;      /* timeout scenario: seconds until the error word was set */
+  SelBufs sel;         /* select scenario */
 } VrRank;
 
 typedef struct VrGroup {
@@ -325,6 +329,8 @@ static int vrGroupDestroy(VrGroup* g) {
     cudaFree(r->os.b_mem);
     cudaFree(r->os.out_mem);
     cudaFree(r->os.dstate);
+    cudaFree(r->os.sel_scratch);
+    if (r->sel.h_in) selFree(&r->sel);
     if (r->os.herr) cudaFreeHost((void*)r->os.herr);
     for (int k = 0; k < VR_MAX_SETS; ++k) {
       cudaFree(r->in_alloc[k]);
@@ -456,6 +462,7 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
       L->ll_bytes = cfg->ll_bytes;
       L->gproto = cfg->gproto;
       L->gthreads = DPS_OS_GATHER_THREADS;
+      L->max_topk = DPS_TOPK_MAX;
       FX_CHECK_OK(dpsOsLayoutInit(L));
       FX_CHECK_OK(dpsOsLayoutPrepare(L, g->esize));
       GT_CUDA(cudaMalloc(&o->a_mem, L->bytes_a));
@@ -472,7 +479,11 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
       o->herr = (volatile unsigned long long*)h;
       GT_CUDA(cudaHostGetDevicePointer((void**)&o->herr_dev, h, 0));
       o->out = dpsOsOutputsAt(L, o->out_mem);
+      const size_t sb = dpsSelScratchBytes((int64_t)g->max_pad_bs * cfg->n);
+      GT_CUDA(cudaMalloc(&o->sel_scratch, sb));
+      GT_CUDA(cudaMemset(o->sel_scratch, 0, sb));
     }
+    if (selAlloc(&r->sel, tp, q, g->v_local, g->max_pad_bs * cfg->n, cfg->dtype, r->s)) return 1;
   }
   if (backend == VR_ONESIDED) {
     /* every rank's "peer pointers": the other ranks' allocations */
@@ -1026,6 +1037,94 @@ static void runTimeout(VrTally* t, int tp, int backend) {
   }
 }
 
+/* ---- select: argmax / top-k --------------------------------------------------- */
+/* One argmax (k == 0) or top-k call of one rank on its stream. */
+static int vrSelect(VrGroup* g, int rank, int rows, int64_t limit, int k, int want_lse) {
+  VrRank* r = &g->r[rank];
+  SelBufs* b = &r->sel;
+  if (g->backend == VR_NCCL) {
+    if (k == 0)
+      FX_CHECK_OK(dpsArgmax(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, limit, b->d_idx,
+                            b->d_val, want_lse ? b->d_lse : NULL, r->s));
+    else
+      FX_CHECK_OK(dpsTopK(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, k, limit, b->d_tval,
+                          b->d_tidx, r->s));
+    return 0;
+  }
+  dpsSelectCall call;
+  memset(&call, 0, sizeof call);
+  call.k = k;
+  call.rows = rows;
+  call.dtype = g->cfg.dtype;
+  call.vocab_limit = limit;
+  call.logits = b->d_in;
+  call.index = k ? b->d_tidx : b->d_idx;
+  call.value = k ? b->d_tval : b->d_val;
+  call.lse = k == 0 && want_lse ? b->d_lse : NULL;
+  dpsSelLocalArgs a;
+  dpsSelMergeArgs m;
+  dpsOsPlanSelect(&r->os.L, &r->os.common, &r->os.wa, &call, r->os.sel_scratch, vrCap(g->tp),
+                  r->os.common.pdl, &a, &m);
+  FX_CHECK_OK(dpsSelLaunchLocal(&a, k, r->s));
+  FX_CHECK_OK(dpsSelLaunchMerge(&m, k, r->s));
+  return 0;
+}
+
+/* rows and vocab_limit change on every call: the whole capacity, one row,
+ * odd counts; the limit at V, inside the last shard, on the first shard
+ * boundary, 1, and inside a middle shard. */
+static int bodySelect(VrGroup* g, int rank, const void* arg) {
+  (void)arg;
+  VrRank* r = &g->r[rank];
+  const int max_rows = g->max_pad_bs * g->cfg.n;
+  const int64_t V = g->vocab, vl = g->v_local;
+  const int64_t limits[6] = {V, V - 1, vl, 1, vl * (g->tp / 2) + (vl + 1) / 2, V};
+  const int rows_seq[6] = {max_rows, 1, 5, max_rows / 2, 3, max_rows - 1};
+  static const int ks[3] = {1, 7, DPS_TOPK_MAX};
+  char what[400];
+  for (int c = 0; c < 6; ++c) {
+    int rows = rows_seq[c];
+    rows = rows < 1 ? 1 : rows > max_rows ? max_rows : rows;
+    const int64_t limit = limits[c] < 1 ? 1 : limits[c] > V ? V : limits[c];
+    const int step = 200 + c;
+    if (selUpload(&r->sel, rows, step)) return 1;
+    const int want_lse = c != 3;
+    if (vrSelect(g, rank, rows, limit, 0, want_lse) || vrCheckErrWord(g, rank, "argmax"))
+      return 1;
+    snprintf(what, sizeof what, "%s rank %d: argmax rows=%d limit=%lld", g->desc, rank, rows,
+             (long long)limit);
+    if (vrCount(g, selCheck(&r->sel, rows, step, limit, 0, want_lse, what) == 0)) return 1;
+    for (int ki = 0; ki < 3; ++ki) {
+      const int k = ks[ki];
+      if (k > limit) continue;
+      if (vrSelect(g, rank, rows, limit, k, 0) || vrCheckErrWord(g, rank, "topk")) return 1;
+      snprintf(what, sizeof what, "%s rank %d: top-%d rows=%d limit=%lld", g->desc, rank, k, rows,
+               (long long)limit);
+      if (vrCount(g, selCheck(&r->sel, rows, step, limit, k, 0, what) == 0)) return 1;
+    }
+  }
+  return 0;
+}
+
+static void runSelect(VrTally* t, int tp, int backend) {
+  static const VrCfg kCfgs[] = {
+      {dpsBfloat16, 1, 3, 4, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0},
+      {dpsFloat32, 33, 1, 8, DPS_OS_PROTO_LL, 0, VR_LL_DEFAULT, 0},
+      {dpsFloat16, 1001, 8, 2, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0},
+      {dpsBfloat16, 0, 1, 4, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0},
+      {dpsFloat32, 7, 3, 4, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0},
+  };
+  const int n = g_full ? 5 : 3;
+  for (int i = 0; i < n; ++i) {
+    VrCfg c = kCfgs[g_full ? i : (i == 2 ? 3 : i)];
+    if (vrSkipLarge(tp, &c)) {
+      t->skipped++;
+      continue;
+    }
+    vrRunGroup(t, tp, backend, &c, g_timeout_ms, 1, i, bodySelect, NULL, "select");
+  }
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 static void vrWatchdog(int sig) {
   (void)sig;
@@ -1059,7 +1158,7 @@ static int vrParseTps(const char* s) {
 
 static int vrParseScenarios(const char* s) {
   if (strcmp(s, "all") == 0) {
-    g_scenarios = VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT;
+    g_scenarios = VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT;
     return 0;
   }
   g_scenarios = 0;
@@ -1070,6 +1169,7 @@ static int vrParseScenarios(const char* s) {
     else if (strcmp(tok, "runahead") == 0) g_scenarios |= VR_SC_RUNAHEAD;
     else if (strcmp(tok, "graph") == 0) g_scenarios |= VR_SC_GRAPH;
     else if (strcmp(tok, "timeout") == 0) g_scenarios |= VR_SC_TIMEOUT;
+    else if (strcmp(tok, "select") == 0) g_scenarios |= VR_SC_SELECT;
     else return -1;
   }
   return g_scenarios ? 0 : -1;
@@ -1092,7 +1192,7 @@ static int vrUsage(const char* bad) {
   fprintf(stderr,
           "test_gpu_virtual_ranks: bad argument '%s'\n"
           "usage: test_gpu_virtual_ranks [tp=2,3|2-8] [backend=nccl|onesided|all] "
-          "[scenario=shapes,runahead,graph,timeout|all] [full] [small]\n",
+          "[scenario=shapes,runahead,graph,timeout,select|all] [full] [small]\n",
           bad);
   return 2;
 }
@@ -1148,6 +1248,7 @@ int main(int argc, char** argv) {
   /* Load every kernel before the first launch (lazy module loading). */
   GT_CUDA(dpsOsPreloadSwapKernels());
   GT_CUDA(dpsOsPreloadGatherKernels());
+  GT_CUDA(dpsPreloadSelectKernels());
   GT_CUDA(vrPreloadSpin());
   if (dpsNcclBackendOps.preload) FX_CHECK_OK(dpsNcclBackendOps.preload());
   GT_CUDA(dpsOsKernelsSupportPdl(&g_pdl_ok));
@@ -1173,6 +1274,7 @@ int main(int argc, char** argv) {
       if (g_scenarios & VR_SC_RUNAHEAD) runRunahead(&t, tp, b);
       if (g_scenarios & VR_SC_GRAPH) runGraph(&t, tp, b);
       if (g_scenarios & VR_SC_TIMEOUT) runTimeout(&t, tp, b);
+      if (g_scenarios & VR_SC_SELECT) runSelect(&t, tp, b);
       printf("tp=%d %s: %ld passed, %ld failed", tp, vrBackendName(b), t.passed, t.failed);
       if (t.skipped) printf(", %ld shapes skipped (small)", t.skipped);
       if (b == VR_NCCL && (g_scenarios & VR_SC_TIMEOUT))
