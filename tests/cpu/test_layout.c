@@ -71,6 +71,11 @@ static int testSwap(int tp, int pad_bs, int n, int64_t vocab, dpsDataType_t dt) 
   const size_t in_elems = (size_t)pad_bs * (size_t)n * (size_t)s0.v_local;
   FX_CHECK(dpsSwapChunkBytes(s0) * (size_t)tp == in_elems * es, "chunks do not tile the input");
   FX_CHECK(dpsSwapOutElems(s0) == (int64_t)s0.reqs * n * vocab, "out elems");
+  /* The fixtures' sizes (what dps-perf uses) agree with the library's layout. */
+  FX_CHECK(fxSwapChunkBytes(tp, pad_bs, n, vocab, dt) == dpsSwapChunkBytes(s0), "fx chunk bytes");
+  FX_CHECK(fxSwapInputBytes(tp, pad_bs, n, vocab, dt) == in_elems * es, "fx input bytes");
+  FX_CHECK(fxSwapOutputBytes(tp, pad_bs, n, vocab, dt) == (size_t)dpsSwapOutElems(s0) * es,
+           "fx output bytes");
   for (int r = 0; r < tp; ++r) {
     in[r] = malloc(in_elems * es);
     fxFillSwapInput(in[r], tp, r, pad_bs, n, vocab, dt, 3);
@@ -132,6 +137,7 @@ static int testSwap(int tp, int pad_bs, int n, int64_t vocab, dpsDataType_t dt) 
 static int testVerify(int tp, int pad_bs, int n) {
   const int reqs = pad_bs / tp;
   const int64_t packed = dpsVerifyPackedElems(reqs, n);
+  FX_CHECK(fxVerifyPackedElems(reqs, n) == (size_t)packed, "fx packed elems");
   int32_t* gathered = (int32_t*)malloc(sizeof(int32_t) * (size_t)packed * (size_t)tp);
   float* lp_gathered = (float*)malloc(sizeof(float) * (size_t)pad_bs * (size_t)n);
   int32_t* p = (int32_t*)malloc(sizeof(int32_t) * (size_t)reqs * (size_t)n);

@@ -1,15 +1,177 @@
-/* dps-perf internals: the peer-bandwidth kernels (peak.cu) called from C. */
+/* dps-perf: the harness and its operations (nccl-tests style).
+ *
+ * harness.c does everything that is the same for every operation: options,
+ * the list of cases, the processes (one per GPU, tests/fixtures' fxRunRanks),
+ * the communicators, the link-peak measurement (peak.cu), the timing (eager
+ * call + warm-up, `iters` calls captured into one CUDA graph, timed replays),
+ * the correctness check on every run, the table and the CSV. Each operation
+ * is one file (op_swap.c, op_gather.c, op_logprobs.c) that defines one
+ * DpOp descriptor; ops.c lists them in dpOps[], in the order of the table.
+ *
+ * Adding an operation: write op_NAME.c defining
+ *
+ *   const DpOp dpOpName = {
+ *       .name = "name",                 -o name and the op column
+ *       .aliases = kAliases,            other -o names (NULL-terminated), or NULL
+ *       .elem_type = "int32",           dtype column of cases without a logits dtype
+ *                                       (may be left out when every case has one)
+ *       .add_cases = addCases,          its cases from -s/-d, or its defaults
+ *       .valid = valid,                 can this case run at this tp?
+ *       .bytes = bytes,                 bytes column (algbw = bytes / time)
+ *       .host_init = hostInit, .host_free = hostFree,
+ *       .setup = setup, .fill = fill, .run = run, .check = check,
+ *       .teardown = teardown,
+ *   };
+ *
+ * and add `extern const DpOp dpOpName;` and `&dpOpName` to ops.c (the -o
+ * list, the help and the header line come from that table). Every callback
+ * is required. An operation without logits can take the harness's
+ * dpAddTokenCases and dpValidTokens (gather and logprobs do). If its shapes
+ * read -s/-d differently from the existing operations, say so in usage()
+ * (harness.c). op_logprobs.c is the smallest example.
+ *
+ * bytes is what each rank sends across the link per call; the harness
+ * derives algbw = bytes / time and link = algbw / peer store peak from it.
+ *
+ * The cases. A case (DpCase) is an operation and a shape: pad_bs, N, and
+ * for operations on logits the vocab and the logits dtype (vocab 0 and
+ * dpsDtypeUnset otherwise). vocab and dtype are also the communicator's
+ * (vocab 0: the communicator gets vocab_size = tp and no logits dtype):
+ * cases with the same N, vocab and dtype share one communicator per backend,
+ * sized for the largest pad_bs among them.
+ *
+ * Per case and rank, the harness calls:
+ *   host_init     once: the host inputs of steps 1 and 2 (shared by backends);
+ *   then for each backend:
+ *   setup         device buffers (and host room for check); setup sets *bufs
+ *                 as soon as it has allocated it, so that teardown frees
+ *                 what is there when setup fails part-way;
+ *   fill(step 1)  copy step 1's inputs to the device (the harness then
+ *                 synchronizes the stream);
+ *   run           1 + warmup eager calls;
+ *   check(step 1) copy the outputs back, return the number of wrong elements
+ *                 (skipped with --no-check);
+ *   fill(step 2), run x iters under stream capture, graph replays (timed),
+ *   check(step 2);
+ *   teardown;
+ *   host_free     after the last backend.
+ * host_free runs only after a host_init that returned 0, teardown only when
+ * *bufs was set. The outputs that the library owns (the persistent output
+ * pointers that the calls return) live in the op's bufs: check reads them.
+ * run must be capturable (no host synchronization) and launch on `s` only.
+ * Callbacks that fail record why with dpSetLocal / DP_TRY_CUDA and return
+ * nonzero (check: its return value is ignored once *l holds a failure). The
+ * harness agrees on every rank's outcome between the phases, so a failure on
+ * one rank fails the case on all of them.
+ */
 #ifndef DPS_PERF_H_
 #define DPS_PERF_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
+
+#include "dpsampling.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* ---- outcomes --------------------------------------------------------------- */
+enum { DP_OK = 0, DP_UNAVAIL = 1, DP_ERR = 2 };
+#define DP_MSG 400
+
+/* A rank-local outcome of a phase: the first failure wins. */
+typedef struct {
+  int status;
+  char msg[DP_MSG];
+} DpLocal;
+
+void dpSetLocal(DpLocal* l, int status, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#define DP_TRY_CUDA(l, call, label)                                                  \
+  do {                                                                               \
+    cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess) {                                                         \
+      dpSetLocal((l), DP_ERR, "%s: %s", #call, cudaGetErrorString(e_));              \
+      goto label;                                                                    \
+    }                                                                                \
+  } while (0)
+
+#define DP_TRY_DPS(l, call, label)                                                   \
+  do {                                                                               \
+    dpsResult_t r_ = (call);                                                         \
+    if (r_ != dpsSuccess) {                                                          \
+      dpSetLocal((l), r_ == dpsUnavailable ? DP_UNAVAIL : DP_ERR, "%s: %s: %s", #call, \
+                 dpsGetErrorString(r_), dpsGetLastError());                          \
+      goto label;                                                                    \
+    }                                                                                \
+  } while (0)
+
+/* ---- cases ------------------------------------------------------------------ */
+struct DpOp;
+
+typedef struct {
+  const struct DpOp* op;
+  int pad_bs, n;
+  int64_t vocab;        /* 0: the operation takes no logits */
+  dpsDataType_t dtype;  /* logits dtype, dpsDtypeUnset without logits */
+  int max_pad_bs;       /* of the communicator this case runs on (set by the harness) */
+} DpCase;
+
+/* One -s item: PADxN (vocab 0) or PADxNxVOCAB. */
+typedef struct {
+  int pad_bs, n;
+  int64_t vocab;
+} DpShape;
+
+/* What add_cases reads: -s and -d as given (NULL/0 when not given). */
+typedef struct {
+  const DpShape* shapes;
+  int nshapes;
+  const dpsDataType_t* dtypes;
+  int ndtypes;
+} DpCaseArgs;
+
+/* Appends a case (ignored when the same one is already listed). */
+void dpAddCase(const struct DpOp* op, int pad_bs, int n, int64_t vocab, dpsDataType_t dtype);
+
+/* add_cases and valid of the operations without logits (gather, logprobs):
+ * the PxN of every -s item (its vocab ignored), by default pad_bs
+ * {8,64,256,512} x N {1,4,8}, N outer; valid when tp divides pad_bs. */
+void dpAddTokenCases(const struct DpOp* self, const DpCaseArgs* args);
+int dpValidTokens(const DpCase* c, int tp);
+
+/* ---- the operation descriptor (see the top of this file) ---------------------- */
+typedef struct DpOp {
+  const char* name;
+  const char* const* aliases;
+  const char* elem_type;
+  void (*add_cases)(const struct DpOp* self, const DpCaseArgs* args);
+  int (*valid)(const DpCase* c, int tp);
+  size_t (*bytes)(const DpCase* c, int tp);
+  /* 0 on success, 1 when out of host memory (nothing left allocated). */
+  int (*host_init)(const DpCase* c, int rank, int tp, void** host);
+  void (*host_free)(void* host);
+  int (*setup)(const DpCase* c, int tp, void** bufs, DpLocal* l);
+  int (*fill)(const DpCase* c, void* bufs, const void* host, int tp, int step, cudaStream_t s,
+              DpLocal* l);
+  dpsResult_t (*run)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, cudaStream_t s);
+  long long (*check)(const DpCase* c, void* bufs, int rank, int tp, int step, cudaStream_t s,
+                     DpLocal* l);
+  void (*teardown)(void* bufs);
+} DpOp;
+
+/* ops.c: every operation, in table order. */
+extern const DpOp* const dpOps[];
+extern const int dpNumOps;
+
+/* ---- peak.cu ------------------------------------------------------------------ */
 /* Stores int4 values over [dst, dst+bytes) (bytes a multiple of 16) with a
  * grid-stride loop: with dst a peer's buffer (cudaIpcOpenMemHandle) this is a
  * pure NVLink store stream, no loads. */

@@ -1,4 +1,6 @@
 /* dps-perf: benchmark and checker of dpsampling's operations, nccl-tests style.
+ * This is the harness; the operations are the DpOp descriptors of op_*.c,
+ * listed in ops.c (dps_perf.h describes the descriptor).
  *
  * One process per local GPU (tests/fixtures' fxRunRanks). For every
  * (operation, shape, backend): create the communicator, fill the inputs, run
@@ -29,7 +31,6 @@
 #include "dps_perf.h"
 #include "dpsampling.h"
 #include "fixtures.h"
-#include "layout.h"
 
 #ifndef DPS_PERF_CUDA_COMPILER
 #define DPS_PERF_CUDA_COMPILER "unknown"
@@ -48,27 +49,15 @@
 #endif
 
 #define DP_MAX_RANKS 16
-#define DP_MSG 400
 #define DP_MAX_CASES 512
-
-enum { DP_OK = 0, DP_UNAVAIL = 1, DP_ERR = 2 };
-typedef enum { OP_SWAP = 0, OP_GATHER = 1, OP_LOGPROBS = 2, OP_COUNT = 3 } OpKind;
-static const char* const kOpNames[OP_COUNT] = {"swap", "gather", "logprobs"};
-
-typedef struct {
-  OpKind op;
-  int pad_bs, n;
-  int64_t vocab;        /* swap only */
-  dpsDataType_t dtype;  /* swap only */
-  int max_pad_bs;       /* of the communicator this case runs on */
-} Case;
+#define DP_MAX_OPS 32
 
 typedef struct {
   int tp;
   int nbackends;
   dpsBackend_t backends[2];
   int backends_explicit;
-  int ops[OP_COUNT];
+  int ops[DP_MAX_OPS];  /* selected, by index in dpOps */
   int warmup, iters, replays;
   int check, csv;
   int peak, peak_mib, peak_reps;
@@ -76,7 +65,7 @@ typedef struct {
   int dry_run;
   const char* shapes;   /* -s, NULL = defaults */
   const char* dtypes;   /* -d, NULL = defaults */
-  Case cases[DP_MAX_CASES];
+  DpCase cases[DP_MAX_CASES];
   int ncases;
 } Opts;
 
@@ -107,18 +96,7 @@ typedef struct {
   char msg[DP_MAX_RANKS][DP_MSG];
 } Agreed;
 
-/* A rank-local outcome of a phase. */
-typedef struct {
-  int status;
-  char msg[DP_MSG];
-} Local;
-
-static void setLocal(Local* l, int status, const char* fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void setLocal(Local* l, int status, const char* fmt, ...) {
+void dpSetLocal(DpLocal* l, int status, const char* fmt, ...) {
   if (l->status != DP_OK) return; /* keep the first failure */
   va_list ap;
   va_start(ap, fmt);
@@ -127,27 +105,8 @@ static void setLocal(Local* l, int status, const char* fmt, ...) {
   l->status = status;
 }
 
-#define TRY_CUDA(l, call, label)                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      setLocal((l), DP_ERR, "%s: %s", #call, cudaGetErrorString(e_));                \
-      goto label;                                                                    \
-    }                                                                                \
-  } while (0)
-
-#define TRY_DPS(l, call, label)                                                      \
-  do {                                                                               \
-    dpsResult_t r_ = (call);                                                         \
-    if (r_ != dpsSuccess) {                                                          \
-      setLocal((l), r_ == dpsUnavailable ? DP_UNAVAIL : DP_ERR, "%s: %s: %s", #call, \
-               dpsGetErrorString(r_), dpsGetLastError());                            \
-      goto label;                                                                    \
-    }                                                                                \
-  } while (0)
-
 /* Collective: publishes this rank's outcome; every rank gets the same view. */
-static void agree(int rank, int tp, const Local* l, double value, long long wrong, Agreed* a) {
+static void agree(int rank, int tp, const DpLocal* l, double value, long long wrong, Agreed* a) {
   g_sh->status[rank] = l->status;
   g_sh->value[rank] = value;
   g_sh->wrong[rank] = wrong;
@@ -179,7 +138,10 @@ static void usage(FILE* f) {
           "usage: dps-perf [options]\n"
           "  -t, --tp N          ranks (one per GPU, devices 0..N-1); default: all local GPUs\n"
           "  -b, --backend L     nccl,onesided,all (default all: every available backend, side by side)\n"
-          "  -o, --op L          swap,gather,logprobs,all (default all)\n"
+          "  -o, --op L          ");
+  for (int i = 0; i < dpNumOps; ++i) fprintf(f, "%s,", dpOps[i]->name);
+  fprintf(f,
+          "all (default all)\n"
           "  -s, --shapes L      comma list; PxNxV items are swap shapes (pad_bs x N x vocab),\n"
           "                      and the PxN of every item is a gather/logprobs shape\n"
           "  -d, --dtype L       swap logits dtype(s): bf16,fp16,fp32 (default bf16, plus fp32 for\n"
@@ -249,19 +211,28 @@ static int addBackend(const char* item, void* ctx) {
   return 0;
 }
 
+static int opMatches(const DpOp* op, const char* item) {
+  if (!strcmp(item, op->name)) return 1;
+  for (const char* const* a = op->aliases; a && *a; ++a)
+    if (!strcmp(item, *a)) return 1;
+  return 0;
+}
+
 static int addOp(const char* item, void* ctx) {
   (void)ctx;
   if (!strcmp(item, "all")) {
-    for (int i = 0; i < OP_COUNT; ++i) g_opt.ops[i] = 1;
+    for (int i = 0; i < dpNumOps; ++i) g_opt.ops[i] = 1;
     return 0;
   }
-  for (int i = 0; i < OP_COUNT; ++i)
-    if (!strcmp(item, kOpNames[i]) || (i == OP_GATHER && !strcmp(item, "gather_verify_outputs")) ||
-        (i == OP_LOGPROBS && !strcmp(item, "gather_verify_logprobs"))) {
+  for (int i = 0; i < dpNumOps; ++i)
+    if (opMatches(dpOps[i], item)) {
       g_opt.ops[i] = 1;
       return 0;
     }
-  fprintf(stderr, "dps-perf: invalid op \"%s\" (want swap, gather, logprobs or all)\n", item);
+  fprintf(stderr, "dps-perf: invalid op \"%s\" (want ", item);
+  for (int i = 0; i < dpNumOps; ++i)
+    fprintf(stderr, "%s%s", dpOps[i]->name, i + 1 < dpNumOps ? ", " : " ");
+  fprintf(stderr, "or all)\n");
   return 1;
 }
 
@@ -284,12 +255,7 @@ static int addDtype(const char* item, void* ctx) {
 }
 
 typedef struct {
-  int pad_bs, n;
-  int64_t vocab; /* 0 = none given */
-} Shape;
-
-typedef struct {
-  Shape items[DP_MAX_CASES];
+  DpShape items[DP_MAX_CASES];
   int count;
 } ShapeList;
 
@@ -311,35 +277,50 @@ static int addShape(const char* item, void* ctx) {
     fprintf(stderr, "dps-perf: invalid shape \"%s\" (want PADxN or PADxNxVOCAB)\n", item);
     return 1;
   }
-  Shape s = {(int)v[0], (int)v[1], k == 3 ? (int64_t)v[2] : 0};
+  DpShape s = {(int)v[0], (int)v[1], k == 3 ? (int64_t)v[2] : 0};
   sl->items[sl->count++] = s;
   return 0;
 }
 
-static void addCase(OpKind op, int pad_bs, int n, int64_t vocab, dpsDataType_t dtype) {
+void dpAddCase(const DpOp* op, int pad_bs, int n, int64_t vocab, dpsDataType_t dtype) {
   if (g_opt.ncases >= DP_MAX_CASES) return;
   for (int i = 0; i < g_opt.ncases; ++i) {
-    const Case* c = &g_opt.cases[i];
+    const DpCase* c = &g_opt.cases[i];
     if (c->op == op && c->pad_bs == pad_bs && c->n == n && c->vocab == vocab && c->dtype == dtype)
       return;
   }
-  Case c = {op, pad_bs, n, vocab, dtype, 0};
+  DpCase c = {op, pad_bs, n, vocab, dtype, 0};
   g_opt.cases[g_opt.ncases++] = c;
 }
 
-/* Two cases share a communicator when they have the same key. */
-static int sameCommKey(const Case* a, const Case* b) {
-  int sa = a->op == OP_SWAP, sb = b->op == OP_SWAP;
-  if (sa != sb || a->n != b->n) return 0;
-  return !sa || (a->vocab == b->vocab && a->dtype == b->dtype);
+void dpAddTokenCases(const DpOp* self, const DpCaseArgs* a) {
+  static const int kGatherPad[] = {8, 64, 256, 512};
+  static const int kGatherN[] = {1, 4, 8};
+  if (a->shapes) {
+    for (int i = 0; i < a->nshapes; ++i)
+      dpAddCase(self, a->shapes[i].pad_bs, a->shapes[i].n, 0, dpsDtypeUnset);
+  } else {
+    for (size_t j = 0; j < sizeof kGatherN / sizeof kGatherN[0]; ++j)
+      for (size_t i = 0; i < sizeof kGatherPad / sizeof kGatherPad[0]; ++i)
+        dpAddCase(self, kGatherPad[i], kGatherN[j], 0, dpsDtypeUnset);
+  }
+}
+
+int dpValidTokens(const DpCase* c, int tp) { return c->pad_bs % tp == 0; }
+
+/* Two cases share a communicator when they have the same key: the fields of
+ * the communicator's configuration other than max_pad_bs. */
+static int sameCommKey(const DpCase* a, const DpCase* b) {
+  return a->n == b->n && a->vocab == b->vocab && a->dtype == b->dtype;
+}
+
+/* The dtype column: the logits dtype, else the operation's element type. */
+static const char* dtypeName(const DpCase* c) {
+  if (c->dtype != dpsDtypeUnset) return dpsDataTypeName(c->dtype);
+  return c->op->elem_type ? c->op->elem_type : "-";
 }
 
 static int buildCases(void) {
-  static const Shape kSwap[] = {{8, 1, 64},       {64, 1, 152064},  {64, 4, 152064},
-                                {256, 4, 152064}, {512, 4, 129280}, {8, 1, 129280},
-                                {128, 2, 152064}};
-  static const int kGatherPad[] = {8, 64, 256, 512};
-  static const int kGatherN[] = {1, 4, 8};
   ShapeList sl;
   sl.count = 0;
   DtypeList dl;
@@ -351,48 +332,27 @@ static int buildCases(void) {
     return 1;
   }
   const int tp = g_opt.tp;
-
-  for (int op = 0; op < OP_COUNT; ++op) {
-    if (!g_opt.ops[op]) continue;
-    if (op == OP_SWAP) {
-      const Shape* list = g_opt.shapes ? sl.items : kSwap;
-      int count = g_opt.shapes ? sl.count : (int)(sizeof kSwap / sizeof kSwap[0]);
-      for (int i = 0; i < count; ++i) {
-        const Shape* s = &list[i];
-        if (!s->vocab) continue;
-        if (dl.count) {
-          for (int d = 0; d < dl.count; ++d) addCase(OP_SWAP, s->pad_bs, s->n, s->vocab, dl.list[d]);
-        } else {
-          addCase(OP_SWAP, s->pad_bs, s->n, s->vocab, dpsBfloat16);
-          if (!g_opt.shapes && i == 0) addCase(OP_SWAP, s->pad_bs, s->n, s->vocab, dpsFloat32);
-        }
-      }
-    } else if (g_opt.shapes) {
-      for (int i = 0; i < sl.count; ++i)
-        addCase((OpKind)op, sl.items[i].pad_bs, sl.items[i].n, 0, dpsDtypeUnset);
-    } else {
-      for (size_t j = 0; j < sizeof kGatherN / sizeof kGatherN[0]; ++j)
-        for (size_t i = 0; i < sizeof kGatherPad / sizeof kGatherPad[0]; ++i)
-          addCase((OpKind)op, kGatherPad[i], kGatherN[j], 0, dpsDtypeUnset);
-    }
-  }
+  const DpCaseArgs args = {g_opt.shapes ? sl.items : NULL, g_opt.shapes ? sl.count : 0, dl.list,
+                           dl.count};
+  for (int op = 0; op < dpNumOps; ++op)
+    if (g_opt.ops[op]) dpOps[op]->add_cases(dpOps[op], &args);
 
   /* Drop what tp cannot divide (reported), then size the communicators. */
   int kept = 0;
   for (int i = 0; i < g_opt.ncases; ++i) {
-    Case c = g_opt.cases[i];
-    if (c.pad_bs % tp != 0 || (c.op == OP_SWAP && c.vocab % tp != 0)) {
+    DpCase c = g_opt.cases[i];
+    if (!c.op->valid(&c, tp)) {
       fprintf(stderr,
               "dps-perf: skipping %s pad_bs=%d N=%d vocab=%lld %s: not divisible by tp=%d\n",
-              kOpNames[c.op], c.pad_bs, c.n, (long long)c.vocab,
-              c.op == OP_SWAP ? dpsDataTypeName(c.dtype) : "", tp);
+              c.op->name, c.pad_bs, c.n, (long long)c.vocab,
+              c.dtype != dpsDtypeUnset ? dpsDataTypeName(c.dtype) : "", tp);
       continue;
     }
     g_opt.cases[kept++] = c;
   }
   g_opt.ncases = kept;
   for (int i = 0; i < g_opt.ncases; ++i) {
-    Case* c = &g_opt.cases[i];
+    DpCase* c = &g_opt.cases[i];
     c->max_pad_bs = c->pad_bs;
     for (int j = 0; j < g_opt.ncases; ++j)
       if (sameCommKey(c, &g_opt.cases[j]) && g_opt.cases[j].pad_bs > c->max_pad_bs)
@@ -441,8 +401,8 @@ static void printHeader(int tp) {
   for (int i = 0; i < g_opt.nbackends; ++i)
     printf("%s%s", i ? "," : " ", dpsBackendName(g_opt.backends[i]));
   printf(" | ops");
-  for (int i = 0, k = 0; i < OP_COUNT; ++i)
-    if (g_opt.ops[i]) printf("%s%s", k++ ? "," : " ", kOpNames[i]);
+  for (int i = 0, k = 0; i < dpNumOps; ++i)
+    if (g_opt.ops[i]) printf("%s%s", k++ ? "," : " ", dpOps[i]->name);
   printf(" | warmup %d | %d calls per graph x %d replays | check %s\n", g_opt.warmup,
          g_opt.iters, g_opt.replays, g_opt.check ? "on" : "OFF");
   const char* envs[] = {"NCCL_NVLS_ENABLE", "CUDA_VISIBLE_DEVICES", "NCCL_P2P_LEVEL",
@@ -465,7 +425,7 @@ static void printHeader(int tp) {
 static double g_store_peak = 0.0; /* GB/s per direction, 0 = unknown */
 
 static int measurePeaks(int rank, int tp, cudaStream_t s) {
-  Local l = {DP_OK, ""};
+  DpLocal l = {DP_OK, ""};
   Agreed a;
   const size_t bytes = (size_t)g_opt.peak_mib << 20;
   void* buf = NULL;
@@ -475,20 +435,20 @@ static int measurePeaks(int rank, int tp, cudaStream_t s) {
   double store = 0.0, ce = 0.0;
   int best_blocks = 0, threads = 512;
 
-  TRY_CUDA(&l, cudaMalloc(&buf, bytes), setup_done);
-  TRY_CUDA(&l, cudaMemset(buf, rank, bytes), setup_done);
-  TRY_CUDA(&l, cudaIpcGetMemHandle(&g_sh->ipc[rank], buf), setup_done);
-  TRY_CUDA(&l, cudaEventCreate(&e0), setup_done);
-  TRY_CUDA(&l, cudaEventCreate(&e1), setup_done);
-  TRY_CUDA(&l, cudaGetDevice(&dev), setup_done);
-  TRY_CUDA(&l, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), setup_done);
+  DP_TRY_CUDA(&l, cudaMalloc(&buf, bytes), setup_done);
+  DP_TRY_CUDA(&l, cudaMemset(buf, rank, bytes), setup_done);
+  DP_TRY_CUDA(&l, cudaIpcGetMemHandle(&g_sh->ipc[rank], buf), setup_done);
+  DP_TRY_CUDA(&l, cudaEventCreate(&e0), setup_done);
+  DP_TRY_CUDA(&l, cudaEventCreate(&e1), setup_done);
+  DP_TRY_CUDA(&l, cudaGetDevice(&dev), setup_done);
+  DP_TRY_CUDA(&l, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), setup_done);
 setup_done:
   agree(rank, tp, &l, 0, 0, &a);
   if (a.worst != DP_OK) goto fail;
-  TRY_CUDA(&l, cudaIpcOpenMemHandle(&peer, g_sh->ipc[(rank + 1) % tp],
+  DP_TRY_CUDA(&l, cudaIpcOpenMemHandle(&peer, g_sh->ipc[(rank + 1) % tp],
                                     cudaIpcMemLazyEnablePeerAccess),
            open_done);
-  TRY_CUDA(&l, cudaDeviceSynchronize(), open_done);
+  DP_TRY_CUDA(&l, cudaDeviceSynchronize(), open_done);
 open_done:
   agree(rank, tp, &l, 0, 0, &a);
   if (a.worst != DP_OK) goto fail;
@@ -498,18 +458,18 @@ open_done:
   for (size_t m = 0; m < sizeof kMul / sizeof kMul[0]; ++m) {
     const int blocks = sms * kMul[m];
     float ms = 0.f;
-    TRY_CUDA(&l, dpLaunchPeerStore(peer, bytes, blocks, threads, rank, s), store_done);
-    TRY_CUDA(&l, cudaStreamSynchronize(s), store_done);
+    DP_TRY_CUDA(&l, dpLaunchPeerStore(peer, bytes, blocks, threads, rank, s), store_done);
+    DP_TRY_CUDA(&l, cudaStreamSynchronize(s), store_done);
   store_done:
     agree(rank, tp, &l, 0, 0, &a);
     if (a.worst != DP_OK) goto fail;
     for (int i = 0; i < g_opt.peak_reps && l.status == DP_OK; ++i) {
-      if (i == 0) TRY_CUDA(&l, cudaEventRecord(e0, s), timed_done);
-      TRY_CUDA(&l, dpLaunchPeerStore(peer, bytes, blocks, threads, rank, s), timed_done);
+      if (i == 0) DP_TRY_CUDA(&l, cudaEventRecord(e0, s), timed_done);
+      DP_TRY_CUDA(&l, dpLaunchPeerStore(peer, bytes, blocks, threads, rank, s), timed_done);
     }
-    TRY_CUDA(&l, cudaEventRecord(e1, s), timed_done);
-    TRY_CUDA(&l, cudaEventSynchronize(e1), timed_done);
-    TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), timed_done);
+    DP_TRY_CUDA(&l, cudaEventRecord(e1, s), timed_done);
+    DP_TRY_CUDA(&l, cudaEventSynchronize(e1), timed_done);
+    DP_TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), timed_done);
   timed_done:
     agree(rank, tp, &l, ms, 0, &a);
     if (a.worst != DP_OK) goto fail;
@@ -524,13 +484,13 @@ open_done:
   {
     float ms = 0.f;
     if (rank == 0) {
-      TRY_CUDA(&l, cudaMemcpyAsync(peer, buf, bytes, cudaMemcpyDeviceToDevice, s), ce_done);
-      TRY_CUDA(&l, cudaEventRecord(e0, s), ce_done);
+      DP_TRY_CUDA(&l, cudaMemcpyAsync(peer, buf, bytes, cudaMemcpyDeviceToDevice, s), ce_done);
+      DP_TRY_CUDA(&l, cudaEventRecord(e0, s), ce_done);
       for (int i = 0; i < g_opt.peak_reps; ++i)
-        TRY_CUDA(&l, cudaMemcpyAsync(peer, buf, bytes, cudaMemcpyDeviceToDevice, s), ce_done);
-      TRY_CUDA(&l, cudaEventRecord(e1, s), ce_done);
-      TRY_CUDA(&l, cudaEventSynchronize(e1), ce_done);
-      TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), ce_done);
+        DP_TRY_CUDA(&l, cudaMemcpyAsync(peer, buf, bytes, cudaMemcpyDeviceToDevice, s), ce_done);
+      DP_TRY_CUDA(&l, cudaEventRecord(e1, s), ce_done);
+      DP_TRY_CUDA(&l, cudaEventSynchronize(e1), ce_done);
+      DP_TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), ce_done);
     }
   ce_done:
     agree(rank, tp, &l, ms, 0, &a);
@@ -572,14 +532,14 @@ cleanup:
 typedef struct {
   dpsComm_t comm;
   int valid;
-  Case key; /* the case it was made for (key fields + max_pad_bs) */
+  DpCase key; /* the case it was made for (key fields + max_pad_bs) */
 } CommSlot;
 
-static dpsResult_t createComm(int rank, int tp, dpsBackend_t backend, const Case* c,
-                              dpsComm_t* out, Local* l) {
+static dpsResult_t createComm(int rank, int tp, dpsBackend_t backend, const DpCase* c,
+                              dpsComm_t* out, DpLocal* l) {
   dpsUniqueId id;
   if (fxShareUniqueId(&id) != 0) {
-    setLocal(l, DP_ERR, "fxShareUniqueId failed");
+    dpSetLocal(l, DP_ERR, "fxShareUniqueId failed");
     return dpsSystemError;
   }
   dpsConfig_t cfg = DPS_CONFIG_INITIALIZER;
@@ -587,21 +547,21 @@ static dpsResult_t createComm(int rank, int tp, dpsBackend_t backend, const Case
   cfg.rank = rank;
   cfg.max_pad_bs = c->max_pad_bs;
   cfg.num_tokens_per_req = c->n;
-  cfg.vocab_size = c->op == OP_SWAP ? c->vocab : tp;
-  cfg.logits_dtype = c->op == OP_SWAP ? c->dtype : dpsDtypeUnset;
+  cfg.vocab_size = c->vocab ? c->vocab : tp;
+  cfg.logits_dtype = c->dtype;
   cfg.backend = backend;
   cfg.cuda_device = rank;
   dpsComm_t comm = NULL;
   dpsResult_t r = dpsCommInitRank(&comm, &id, &cfg);
   if (r != dpsSuccess) {
-    setLocal(l, r == dpsUnavailable ? DP_UNAVAIL : DP_ERR, "dpsCommInitRank(backend=%s): %s: %s",
+    dpSetLocal(l, r == dpsUnavailable ? DP_UNAVAIL : DP_ERR, "dpsCommInitRank(backend=%s): %s: %s",
              dpsBackendName(backend), dpsGetErrorString(r), dpsGetLastError());
     return r;
   }
   dpsCommInfo_t info;
   r = dpsCommGetInfo(comm, &info);
   if (r != dpsSuccess || info.backend != backend) {
-    setLocal(l, DP_ERR, "communicator resolved to backend %s, requested %s",
+    dpSetLocal(l, DP_ERR, "communicator resolved to backend %s, requested %s",
              r == dpsSuccess ? dpsBackendName(info.backend) : "?", dpsBackendName(backend));
     *out = comm; /* still created: the caller destroys it collectively */
     return dpsInternalError;
@@ -611,9 +571,9 @@ static dpsResult_t createComm(int rank, int tp, dpsBackend_t backend, const Case
 }
 
 /* Collective: makes slot hold a communicator for case c. */
-static int ensureComm(int rank, int tp, dpsBackend_t backend, CommSlot* slot, const Case* c,
+static int ensureComm(int rank, int tp, dpsBackend_t backend, CommSlot* slot, const DpCase* c,
                       Agreed* a) {
-  Local l = {DP_OK, ""};
+  DpLocal l = {DP_OK, ""};
   if (slot->valid && sameCommKey(&slot->key, c) && slot->key.max_pad_bs >= c->pad_bs) {
     a->worst = DP_OK;
     return 0;
@@ -621,7 +581,7 @@ static int ensureComm(int rank, int tp, dpsBackend_t backend, CommSlot* slot, co
   if (slot->valid) {
     dpsResult_t r = dpsCommDestroy(slot->comm);
     if (r != dpsSuccess)
-      setLocal(&l, DP_ERR, "dpsCommDestroy: %s: %s", dpsGetErrorString(r), dpsGetLastError());
+      dpSetLocal(&l, DP_ERR, "dpsCommDestroy: %s: %s", dpsGetErrorString(r), dpsGetLastError());
     slot->valid = 0;
     slot->comm = NULL;
   }
@@ -647,175 +607,57 @@ static int ensureComm(int rank, int tp, dpsBackend_t backend, CommSlot* slot, co
 /* ------------------------------------------------------------------------- */
 /* One case                                                                   */
 
-/* Host inputs of one case for steps 1 and 2, filled once and shared by the backends. */
+/* The operation's state of one case: host inputs (host_init, shared by the
+ * backends) and device buffers (setup). */
 typedef struct {
-  void* in[2];
-  int32_t *pred[2], *ai[2], *al[2];
-  float* lp[2];
-  size_t in_bytes;
+  void* state;
 } HostIn;
 
 typedef struct {
-  void* in_d;              /* swap input */
-  int32_t *pred_d, *ai_d, *al_d;
-  float* lp_d;
-  void* out;               /* swap output (persistent) */
-  int32_t *pred_o, *ai_o, *al_o;
-  float* lp_o;
-  void* out_h;             /* host copy of the outputs */
-  size_t in_bytes, out_bytes;
+  void* state;
 } Bufs;
 
-static void freeHostIn(HostIn* h) {
-  for (int k = 0; k < 2; ++k) {
-    free(h->in[k]);
-    free(h->pred[k]);
-    free(h->ai[k]);
-    free(h->al[k]);
-    free(h->lp[k]);
-  }
-  memset(h, 0, sizeof *h);
-}
-
 /* 0 on success; 1 when out of host memory. */
-static int makeHostIn(const Case* c, HostIn* h, int rank, int tp) {
-  memset(h, 0, sizeof *h);
-  const size_t reqs = (size_t)(c->pad_bs / tp), n = (size_t)c->n;
-  for (int k = 0; k < 2; ++k) {
-    if (c->op == OP_SWAP) {
-      h->in_bytes =
-          (size_t)c->pad_bs * n * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
-      h->in[k] = malloc(h->in_bytes);
-      if (!h->in[k]) goto oom;
-      fxFillSwapInput(h->in[k], tp, rank, c->pad_bs, c->n, c->vocab, c->dtype, k + 1);
-    } else {
-      h->pred[k] = (int32_t*)malloc(reqs * n * 4);
-      h->ai[k] = (int32_t*)malloc(reqs * n * 4);
-      h->al[k] = (int32_t*)malloc(reqs * 4);
-      h->lp[k] = (float*)malloc(reqs * n * 4);
-      if (!h->pred[k] || !h->ai[k] || !h->al[k] || !h->lp[k]) goto oom;
-      fxFillVerifyInputs(h->pred[k], h->ai[k], h->al[k], h->lp[k], tp, rank, c->pad_bs, c->n,
-                         k + 1);
-    }
-  }
-  return 0;
-oom:
-  freeHostIn(h);
-  return 1;
+static int makeHostIn(const DpCase* c, HostIn* h, int rank, int tp) {
+  h->state = NULL;
+  return c->op->host_init(c, rank, tp, &h->state);
 }
 
-static dpsResult_t runOp(const Case* c, dpsComm_t comm, Bufs* b, int tp, cudaStream_t s) {
-  const int reqs = c->pad_bs / tp;
-  switch (c->op) {
-    case OP_SWAP:
-      return dpsSwapBatchVocab(comm, b->in_d, (int64_t)c->pad_bs * c->n, c->vocab / tp, c->dtype,
-                               c->pad_bs, &b->out, s);
-    case OP_GATHER:
-      return dpsGatherVerifyOutputs(comm, b->pred_d, b->ai_d, b->al_d, reqs, c->n, c->pad_bs,
-                                    &b->pred_o, &b->ai_o, &b->al_o, s);
-    default:
-      return dpsGatherVerifyLogprobs(comm, b->lp_d, reqs, c->n, c->pad_bs, &b->lp_o, s);
-  }
+static void freeHostIn(const DpCase* c, HostIn* h) {
+  if (h->state) c->op->host_free(h->state);
+  h->state = NULL;
 }
 
-static size_t sendBytes(const Case* c, int tp) {
-  const size_t reqs = (size_t)(c->pad_bs / tp);
-  switch (c->op) {
-    case OP_SWAP: {
-      dpsShape sh = dpsMakeShape(tp, 0, c->pad_bs, c->n, c->vocab, dpsDataTypeSize(c->dtype));
-      return (size_t)(tp - 1) * dpsSwapChunkBytes(sh);
-    }
-    case OP_GATHER:
-      return (size_t)(tp - 1) * reqs * (size_t)(2 * c->n + 1) * 4;
-    default:
-      return (size_t)(tp - 1) * reqs * (size_t)c->n * 4;
-  }
+static int allocBufs(const DpCase* c, Bufs* b, int tp, DpLocal* l) {
+  b->state = NULL;
+  return c->op->setup(c, tp, &b->state, l);
+}
+
+static void freeBufs(const DpCase* c, Bufs* b) {
+  if (b->state) c->op->teardown(b->state);
+  b->state = NULL;
+}
+
+static dpsResult_t runOp(const DpCase* c, dpsComm_t comm, Bufs* b, int tp, cudaStream_t s) {
+  return c->op->run(c, comm, b->state, tp, s);
 }
 
 /* Copies `step`'s host inputs to the device (sync). */
-static int fillInputs(const Case* c, Bufs* b, const HostIn* h, int tp, int step, cudaStream_t s,
-                      Local* l) {
-  const int k = step - 1;
-  if (c->op == OP_SWAP) {
-    TRY_CUDA(l, cudaMemcpyAsync(b->in_d, h->in[k], b->in_bytes, cudaMemcpyHostToDevice, s), fail);
-  } else {
-    const size_t reqs = (size_t)(c->pad_bs / tp), n = (size_t)c->n;
-    TRY_CUDA(l, cudaMemcpyAsync(b->pred_d, h->pred[k], reqs * n * 4, cudaMemcpyHostToDevice, s),
-             fail);
-    TRY_CUDA(l, cudaMemcpyAsync(b->ai_d, h->ai[k], reqs * n * 4, cudaMemcpyHostToDevice, s),
-             fail);
-    TRY_CUDA(l, cudaMemcpyAsync(b->al_d, h->al[k], reqs * 4, cudaMemcpyHostToDevice, s), fail);
-    TRY_CUDA(l, cudaMemcpyAsync(b->lp_d, h->lp[k], reqs * n * 4, cudaMemcpyHostToDevice, s),
-             fail);
-  }
-  TRY_CUDA(l, cudaStreamSynchronize(s), fail);
+static int fillInputs(const DpCase* c, Bufs* b, const HostIn* h, int tp, int step, cudaStream_t s,
+                      DpLocal* l) {
+  if (c->op->fill(c, b->state, h->state, tp, step, s, l)) goto fail;
+  DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
   return 0;
 fail:
   return 1;
 }
 
 /* Copies the outputs back and counts the elements that differ from `step`'s reference. */
-static long long checkOutputs(const Case* c, Bufs* b, int rank, int tp, int step, cudaStream_t s,
-                              Local* l) {
+static long long checkOutputs(const DpCase* c, Bufs* b, int rank, int tp, int step,
+                              cudaStream_t s, DpLocal* l) {
   if (!g_opt.check) return 0;
-  const size_t pn = (size_t)c->pad_bs * (size_t)c->n;
-  char* h = (char*)b->out_h;
-  if (c->op == OP_SWAP) {
-    TRY_CUDA(l, cudaMemcpyAsync(h, b->out, b->out_bytes, cudaMemcpyDeviceToHost, s), fail);
-  } else if (c->op == OP_GATHER) {
-    TRY_CUDA(l, cudaMemcpyAsync(h, b->pred_o, pn * 4, cudaMemcpyDeviceToHost, s), fail);
-    TRY_CUDA(l, cudaMemcpyAsync(h + pn * 4, b->ai_o, pn * 4, cudaMemcpyDeviceToHost, s), fail);
-    TRY_CUDA(l, cudaMemcpyAsync(h + 2 * pn * 4, b->al_o, (size_t)c->pad_bs * 4,
-                                cudaMemcpyDeviceToHost, s),
-             fail);
-  } else {
-    TRY_CUDA(l, cudaMemcpyAsync(h, b->lp_o, pn * 4, cudaMemcpyDeviceToHost, s), fail);
-  }
-  TRY_CUDA(l, cudaStreamSynchronize(s), fail);
-  if (c->op == OP_SWAP)
-    return (long long)fxCheckSwapOutput(h, tp, rank, c->pad_bs, c->n, c->vocab, c->dtype, step);
-  if (c->op == OP_GATHER)
-    return (long long)fxCheckVerifyOutputs((const int32_t*)h, (const int32_t*)(h + pn * 4),
-                                           (const int32_t*)(h + 2 * pn * 4), c->pad_bs, c->n,
-                                           step);
-  return (long long)fxCheckLogprobs((const float*)h, c->pad_bs, c->n, step);
-fail:
-  return 0;
-}
-
-static int allocBufs(const Case* c, Bufs* b, int tp, Local* l) {
-  memset(b, 0, sizeof *b);
-  const size_t reqs = (size_t)(c->pad_bs / tp), n = (size_t)c->n;
-  if (c->op == OP_SWAP) {
-    const size_t es = dpsDataTypeSize(c->dtype);
-    b->in_bytes = (size_t)c->pad_bs * n * (size_t)(c->vocab / tp) * es;
-    b->out_bytes = reqs * n * (size_t)c->vocab * es;
-    TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
-  } else {
-    TRY_CUDA(l, cudaMalloc((void**)&b->pred_d, reqs * n * 4), fail);
-    TRY_CUDA(l, cudaMalloc((void**)&b->ai_d, reqs * n * 4), fail);
-    TRY_CUDA(l, cudaMalloc((void**)&b->al_d, reqs * 4), fail);
-    TRY_CUDA(l, cudaMalloc((void**)&b->lp_d, reqs * n * 4), fail);
-    b->out_bytes = (size_t)c->pad_bs * (2 * n + 1) * 4;
-  }
-  b->out_h = malloc(b->out_bytes);
-  if (!b->out_h) {
-    setLocal(l, DP_ERR, "out of host memory (%zu bytes)", b->out_bytes);
-    return 1;
-  }
-  return 0;
-fail:
-  return 1;
-}
-
-static void freeBufs(Bufs* b) {
-  cudaFree(b->in_d);
-  cudaFree(b->pred_d);
-  cudaFree(b->ai_d);
-  cudaFree(b->al_d);
-  cudaFree(b->lp_d);
-  free(b->out_h);
-  memset(b, 0, sizeof *b);
+  const long long wrong = c->op->check(c, b->state, rank, tp, step, s, l);
+  return l->status == DP_OK ? wrong : 0;
 }
 
 typedef struct {
@@ -835,14 +677,13 @@ static void printTableHeader(void) {
   fflush(stdout);
 }
 
-static void printRow(const Case* c, dpsBackend_t be, int tp, double us, long long wrong,
+static void printRow(const DpCase* c, dpsBackend_t be, int tp, double us, long long wrong,
                      const char* status) {
-  const char* dt = c->op == OP_SWAP ? dpsDataTypeName(c->dtype)
-                                    : (c->op == OP_GATHER ? "int32" : "fp32");
+  const char* dt = dtypeName(c);
   char vocab[32];
-  if (c->op == OP_SWAP) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
+  if (c->vocab) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
   else snprintf(vocab, sizeof vocab, "-");
-  const size_t bytes = sendBytes(c, tp);
+  const size_t bytes = c->op->bytes(c, tp);
   const int ok = status == NULL;
   const double algbw = ok && us > 0 ? (double)bytes / (us * 1e3) : 0.0;
   char eff[32], wr[32], tm[32], bw[32];
@@ -859,27 +700,27 @@ static void printRow(const Case* c, dpsBackend_t be, int tp, double us, long lon
     snprintf(bw, sizeof bw, "-");
   }
   if (g_opt.csv) {
-    printf("%s,%s,%d,%d,%s,%s,%zu,%s,%s,%s,%s,%s\n", kOpNames[c->op], dpsBackendName(be),
+    printf("%s,%s,%d,%d,%s,%s,%zu,%s,%s,%s,%s,%s\n", c->op->name, dpsBackendName(be),
            c->pad_bs, c->n, vocab, dt, bytes, ok ? tm : "", ok ? bw : "",
            ok && g_store_peak > 0 ? eff : "", ok ? wr : "", ok ? (wrong ? "wrong" : "ok") : status);
   } else {
-    printf("  %8s %9s %7d %3d %7s %6s %12zu %10s %12s %7s %7s\n", kOpNames[c->op],
+    printf("  %8s %9s %7d %3d %7s %6s %12zu %10s %12s %7s %7s\n", c->op->name,
            dpsBackendName(be), c->pad_bs, c->n, vocab, dt, bytes, tm, bw, eff, wr);
   }
   fflush(stdout);
 }
 
 /* Runs one (case, backend) on every rank; rank 0 prints the row. */
-static void runCase(int rank, int tp, const Case* c, const HostIn* h, dpsBackend_t be,
+static void runCase(int rank, int tp, const DpCase* c, const HostIn* h, dpsBackend_t be,
                     CommSlot* slot, cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, Totals* tot) {
-  Local l = {DP_OK, ""};
+  DpLocal l = {DP_OK, ""};
   Agreed a;
   Bufs b;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   long long wrong = 0;
   double us = 0.0;
-  memset(&b, 0, sizeof b);
+  b.state = NULL;
 
   int have_comm = 0;
   if (ensureComm(rank, tp, be, slot, c, &a)) goto failed;
@@ -889,8 +730,8 @@ static void runCase(int rank, int tp, const Case* c, const HostIn* h, dpsBackend
   /* Phase A: step-1 inputs, eager call + warm-up. */
   if (allocBufs(c, &b, tp, &l)) goto a_done;
   if (fillInputs(c, &b, h, tp, 1, s, &l)) goto a_done;
-  for (int i = 0; i < 1 + g_opt.warmup; ++i) TRY_DPS(&l, runOp(c, comm, &b, tp, s), a_done);
-  TRY_CUDA(&l, cudaStreamSynchronize(s), a_done);
+  for (int i = 0; i < 1 + g_opt.warmup; ++i) DP_TRY_DPS(&l, runOp(c, comm, &b, tp, s), a_done);
+  DP_TRY_CUDA(&l, cudaStreamSynchronize(s), a_done);
 a_done:
   agree(rank, tp, &l, 0, 0, &a);
   if (a.worst != DP_OK) goto failed;
@@ -899,23 +740,23 @@ a_done:
   wrong = checkOutputs(c, &b, rank, tp, 1, s, &l);
   if (l.status != DP_OK) goto b_done;
   if (fillInputs(c, &b, h, tp, 2, s, &l)) goto b_done;
-  TRY_CUDA(&l, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), b_done);
+  DP_TRY_CUDA(&l, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), b_done);
   for (int i = 0; i < g_opt.iters; ++i) {
     dpsResult_t r = runOp(c, comm, &b, tp, s);
     if (r != dpsSuccess) {
-      setLocal(&l, DP_ERR, "%s during graph capture: %s: %s", kOpNames[c->op],
-               dpsGetErrorString(r), dpsGetLastError());
+      dpSetLocal(&l, DP_ERR, "%s during graph capture: %s: %s", c->op->name,
+                 dpsGetErrorString(r), dpsGetLastError());
       break;
     }
   }
   {
     cudaError_t e = cudaStreamEndCapture(s, &graph);
-    if (e != cudaSuccess) setLocal(&l, DP_ERR, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) dpSetLocal(&l, DP_ERR, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
   }
   if (l.status != DP_OK) goto b_done;
-  TRY_CUDA(&l, cudaGraphInstantiate(&exec, graph, 0), b_done);
-  TRY_CUDA(&l, cudaGraphUpload(exec, s), b_done);
-  TRY_CUDA(&l, cudaStreamSynchronize(s), b_done);
+  DP_TRY_CUDA(&l, cudaGraphInstantiate(&exec, graph, 0), b_done);
+  DP_TRY_CUDA(&l, cudaGraphUpload(exec, s), b_done);
+  DP_TRY_CUDA(&l, cudaStreamSynchronize(s), b_done);
 b_done:
   cudaGetLastError();
   agree(rank, tp, &l, 0, wrong, &a);
@@ -925,17 +766,17 @@ b_done:
    * timed replays are queued right behind it. */
   {
     float ms = 0.f;
-    TRY_CUDA(&l, cudaGraphLaunch(exec, s), c_done);
-    TRY_CUDA(&l, cudaEventRecord(e0, s), c_done);
-    for (int i = 0; i < g_opt.replays; ++i) TRY_CUDA(&l, cudaGraphLaunch(exec, s), c_done);
-    TRY_CUDA(&l, cudaEventRecord(e1, s), c_done);
-    TRY_CUDA(&l, cudaEventSynchronize(e1), c_done);
-    TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), c_done);
+    DP_TRY_CUDA(&l, cudaGraphLaunch(exec, s), c_done);
+    DP_TRY_CUDA(&l, cudaEventRecord(e0, s), c_done);
+    for (int i = 0; i < g_opt.replays; ++i) DP_TRY_CUDA(&l, cudaGraphLaunch(exec, s), c_done);
+    DP_TRY_CUDA(&l, cudaEventRecord(e1, s), c_done);
+    DP_TRY_CUDA(&l, cudaEventSynchronize(e1), c_done);
+    DP_TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), c_done);
     us = (double)ms * 1e3 / ((double)g_opt.iters * g_opt.replays);
     wrong += checkOutputs(c, &b, rank, tp, 2, s, &l);
     dpsResult_t ae = dpsSuccess;
     if (dpsCommGetAsyncError(comm, &ae) == dpsSuccess && ae != dpsSuccess)
-      setLocal(&l, DP_ERR, "asynchronous error %s: %s", dpsGetErrorString(ae), dpsGetLastError());
+      dpSetLocal(&l, DP_ERR, "asynchronous error %s: %s", dpsGetErrorString(ae), dpsGetLastError());
   }
 c_done:
   agree(rank, tp, &l, us, wrong, &a);
@@ -967,7 +808,7 @@ cleanup:
   cudaStreamSynchronize(s);
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
-  freeBufs(&b);
+  freeBufs(c, &b);
   cudaGetLastError();
   fflush(stdout);
 }
@@ -1003,11 +844,11 @@ static int rankMain(int rank, int nranks, void* arg) {
   }
 
   {
-    Local l = {DP_OK, ""};
+    DpLocal l = {DP_OK, ""};
     Agreed a;
-    TRY_CUDA(&l, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), setup_done);
-    TRY_CUDA(&l, cudaEventCreate(&e0), setup_done);
-    TRY_CUDA(&l, cudaEventCreate(&e1), setup_done);
+    DP_TRY_CUDA(&l, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), setup_done);
+    DP_TRY_CUDA(&l, cudaEventCreate(&e0), setup_done);
+    DP_TRY_CUDA(&l, cudaEventCreate(&e1), setup_done);
   setup_done:
     agree(rank, tp, &l, 0, 0, &a);
     if (a.worst != DP_OK) {
@@ -1022,9 +863,10 @@ static int rankMain(int rank, int nranks, void* arg) {
   /* Which requested backends can run here (a small probe communicator each). */
   int avail[2] = {0, 0};
   for (int i = 0; i < g_opt.nbackends; ++i) {
-    Local l = {DP_OK, ""};
+    DpLocal l = {DP_OK, ""};
     Agreed a;
-    Case probe = {OP_GATHER, tp, 1, 0, dpsDtypeUnset, tp};
+    /* The smallest communicator: no logits, pad_bs = tp, N = 1. */
+    DpCase probe = {NULL, tp, 1, 0, dpsDtypeUnset, tp};
     dpsComm_t comm = NULL;
     createComm(rank, tp, g_opt.backends[i], &probe, &comm, &l);
     agree(rank, tp, &l, 0, 0, &a);
@@ -1048,11 +890,11 @@ static int rankMain(int rank, int nranks, void* arg) {
   memset(slots, 0, sizeof slots);
   if (rank == 0) printTableHeader();
   for (int ci = 0; ci < g_opt.ncases; ++ci) {
-    const Case* c = &g_opt.cases[ci];
+    const DpCase* c = &g_opt.cases[ci];
     HostIn h;
-    Local l = {DP_OK, ""};
+    DpLocal l = {DP_OK, ""};
     Agreed a;
-    if (makeHostIn(c, &h, rank, tp)) setLocal(&l, DP_ERR, "out of host memory for the inputs");
+    if (makeHostIn(c, &h, rank, tp)) dpSetLocal(&l, DP_ERR, "out of host memory for the inputs");
     agree(rank, tp, &l, 0, 0, &a);
     for (int i = 0; i < g_opt.nbackends; ++i) {
       if (!avail[i]) continue;
@@ -1067,7 +909,7 @@ static int rankMain(int rank, int nranks, void* arg) {
         tot.errors++;
       }
     }
-    freeHostIn(&h);
+    freeHostIn(c, &h);
   }
 
   for (int i = 0; i < 2; ++i)
@@ -1094,6 +936,10 @@ static int rankMain(int rank, int nranks, void* arg) {
 /* ------------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
+  if (dpNumOps > DP_MAX_OPS) {
+    fprintf(stderr, "dps-perf: %d operations in ops.c, at most %d\n", dpNumOps, DP_MAX_OPS);
+    return 2;
+  }
   g_opt.tp = 0;
   g_opt.warmup = 5;
   g_opt.iters = 20;
@@ -1179,13 +1025,12 @@ int main(int argc, char** argv) {
     printf("# %8s %7s %3s %7s %6s %12s %11s\n", "op", "pad_bs", "N", "vocab", "dtype", "bytes",
            "comm_max_bs");
     for (int i = 0; i < g_opt.ncases; ++i) {
-      const Case* c = &g_opt.cases[i];
+      const DpCase* c = &g_opt.cases[i];
       char vocab[32];
-      if (c->op == OP_SWAP) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
+      if (c->vocab) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
       else snprintf(vocab, sizeof vocab, "-");
-      printf("  %8s %7d %3d %7s %6s %12zu %11d\n", kOpNames[c->op], c->pad_bs, c->n, vocab,
-             c->op == OP_SWAP ? dpsDataTypeName(c->dtype) : (c->op == OP_GATHER ? "int32" : "fp32"),
-             sendBytes(c, g_opt.tp), c->max_pad_bs);
+      printf("  %8s %7d %3d %7s %6s %12zu %11d\n", c->op->name, c->pad_bs, c->n, vocab,
+             dtypeName(c), c->op->bytes(c, g_opt.tp), c->max_pad_bs);
     }
     return 0;
   }

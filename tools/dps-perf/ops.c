@@ -1,0 +1,11 @@
+/* dps-perf: the operations, in the order of the table (and of -o's list).
+ * An operation is one op_*.c file defining a DpOp (dps_perf.h) plus its two
+ * lines here. */
+#include "dps_perf.h"
+
+extern const DpOp dpOpSwap;
+extern const DpOp dpOpGather;
+extern const DpOp dpOpLogprobs;
+
+const DpOp* const dpOps[] = {&dpOpSwap, &dpOpGather, &dpOpLogprobs};
+const int dpNumOps = (int)(sizeof dpOps / sizeof dpOps[0]);
