@@ -91,6 +91,10 @@ GT_FN int selCheck(SelBufs* b, int rows, int step, int64_t limit, int k, int wan
                     const char* what) {
   const size_t es = dpsDataTypeSize(b->dtype);
   long bad = 0;
+  /* wait for the calls first: a pageable copy queued behind a kernel that
+   * polls for a peer would hold the host thread (and the driver's staging)
+   * while that peer's thread needs them to launch its side */
+  GT_CUDA(cudaStreamSynchronize(b->s));
   if (k == 0) {
     GT_CUDA(cudaMemcpyAsync(b->h_idx, b->d_idx, (size_t)rows * 8, cudaMemcpyDeviceToHost, b->s));
     GT_CUDA(cudaMemcpyAsync(b->h_val, b->d_val, (size_t)rows * es, cudaMemcpyDeviceToHost, b->s));

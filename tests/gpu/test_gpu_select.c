@@ -46,6 +46,7 @@ static int body(int rank, int tp, dpsBackend_t backend) {
         const int64_t limit = limits[li] < 1 ? 1 : limits[li];
         const int rows = rows_seq[li];
         const int step = 7 * vi + 3 * di + li;
+        fxBarrier(); /* no rank's host-side check counts against a peer's timeout */
         if (selUpload(&b, rows, step)) return 1;
         const int want_lse = li != 3;
         FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, limit, b.d_idx, b.d_val,
