@@ -67,6 +67,8 @@ __all__ = [
     "onesided_available",
     "destroy_group_communicators",
     "release_pending",
+    "create_dist_argmax_state",
+    "distributed_argmax",
     "build_info",
 ]
 
@@ -113,6 +115,17 @@ def _int_arg(name, value, hi=_INT32_MAX):
     if value < -hi - 1 or value > hi:
         raise ValueError(f"{name}={value} is out of range")
     return value
+
+
+def _limit_arg(vocab_limit):
+    """vocab_limit for _select: an int >= 1 (the library checks it against V),
+    or None -> 0 (the whole vocabulary)."""
+    if vocab_limit is None:
+        return 0
+    v = _int_arg("vocab_limit", vocab_limit, _INT64_MAX)
+    if v < 1:
+        raise ValueError(f"vocab_limit={v} must be in [1, vocab_size]")
+    return v
 
 
 def _normalize_group(group, tp_size=None):
@@ -471,6 +484,46 @@ class DpSamplingComm(_C.Comm):
             f"vocab_size={self.vocab_size}, backend={self.backend!r}, device=cuda:{self.cuda_device})"
         )
 
+    # -- greedy selection without moving the logits --------------------------
+    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_index=None,
+               out_value=None, out_lse=None):
+        """Argmax of every row over the whole vocabulary, from this rank's
+        [rows, V/tp] shard (every rank passes the same rows): (index int64
+        [rows], value [rows] in the logits dtype), plus the row's logsumexp
+        (fp32) with return_logsumexp=True, so the token's logprob is
+        value - lse. Ties go to the lower global index, NaN never wins,
+        columns at or beyond vocab_limit (global) are excluded. The out_*
+        tensors, when given, are written in place (no extra kernel)."""
+        torch = _torch()
+        rows = local_logits.shape[0] if local_logits.dim() == 2 else -1
+        dev = local_logits.device
+        if out_index is None:
+            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
+        if out_value is None:
+            out_value = torch.empty(max(rows, 0), dtype=local_logits.dtype, device=dev)
+        if return_logsumexp and out_lse is None:
+            out_lse = torch.empty(max(rows, 0), dtype=torch.float32, device=dev)
+        self._select(local_logits, 0, _limit_arg(vocab_limit), out_index, out_value,
+                     out_lse if return_logsumexp else None)
+        if return_logsumexp:
+            return out_index, out_value, out_lse
+        return out_index, out_value
+
+    def topk(self, local_logits, k, vocab_limit=None, *, out_values=None, out_indices=None):
+        """The k best of every row over the whole vocabulary, best first, from
+        this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
+        indices int64 [rows, k]); the same order rules as argmax. k <= 64."""
+        torch = _torch()
+        k = _int_arg("k", k)
+        rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
+        dev = local_logits.device
+        if out_values is None:
+            out_values = torch.empty(rows, max(k, 0), dtype=local_logits.dtype, device=dev)
+        if out_indices is None:
+            out_indices = torch.empty(rows, max(k, 0), dtype=torch.int64, device=dev)
+        self._select(local_logits, k, _limit_arg(vocab_limit), out_indices, out_values, None)
+        return out_values, out_indices
+
     def __enter__(self):
         return self
 
@@ -534,6 +587,64 @@ def swap_batch_vocab(
 
 # Skip NCCL/CUDA teardown from finalizers at interpreter exit (peers may be
 # gone); the process is ending anyway.
+# --------------------------------------------------------------------------
+# drop-in for the upstream engine's distributed argmax
+
+
+class DistArgmaxState:
+    """State of distributed_argmax: a DpSamplingComm over `group`, created
+    at the first call (when the shard width, hence V, is known; collective,
+    outside CUDA-graph capture). Needs no NVLink multicast and runs at any
+    tp, tp=1 included."""
+
+    def __init__(self, group, rank_in_group, max_M, dtype, device=None):
+        self.group = _normalize_group(group)
+        self.rank = _int_arg("rank_in_group", rank_in_group)
+        self.max_M = _int_arg("max_M", max_M)
+        if self.max_M < 1:
+            raise ValueError(f"max_M={self.max_M} must be >= 1")
+        self.dtype = dtype
+        self.device = device
+        self.comm = None
+
+    def _comm_for(self, logits):
+        if self.comm is None:
+            tp = len(self.group)
+            torch = _torch()
+            if self.device is not None:
+                torch.cuda.set_device(self.device)
+            self.comm = DpSamplingComm(
+                tp, self.rank, self.group, max_pad_bs=-(-self.max_M // tp) * tp,
+                num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
+                logits_dtype=self.dtype)
+        return self.comm
+
+    def close(self):
+        """Collective: closes the communicator (if one was created)."""
+        if self.comm is not None:
+            self.comm.close()
+            self.comm = None
+
+
+def create_dist_argmax_state(group, rank_in_group, max_M, dtype, device=None,
+                             skip_ping_pong=False):
+    """Drop-in for the upstream engine's create_dist_argmax_state. The
+    arguments mean the same; skip_ping_pong is accepted and has no effect
+    (the exchange double-buffers itself)."""
+    del skip_ping_pong
+    return DistArgmaxState(group, rank_in_group, max_M, dtype, device)
+
+
+def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
+    """Drop-in for the upstream engine's distributed_argmax: logits is this
+    rank's [M, V/tp] shard (M <= max_M); returns (max [M] in the logits
+    dtype, idx [M] int64 global vocab indices), the same on every rank.
+    out_max / out_idx are written in place when given (no extra kernel)."""
+    comm = state._comm_for(logits)
+    idx, val = comm.argmax(logits, out_index=out_idx, out_value=out_max)
+    return val, idx
+
+
 import atexit as _atexit  # noqa: E402
 
 _atexit.register(_C._shutdown)

@@ -78,6 +78,7 @@ extern PyObject* t_f32;
 extern PyObject* t_bf16;
 extern PyObject* t_f16;
 extern PyObject* t_i32;
+extern PyObject* t_i64;
 extern PyObject* t_u8;
 
 int torch_load(void);

@@ -545,6 +545,88 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   return v;
 }
 
+/* _select(logits, k, vocab_limit, index, value, lse): dpsArgmax (k == 0) or
+ * dpsTopK into the caller's tensors (the Python methods make them). */
+static int select_out(PyObject* t, const char* name, PyObject* want_dt, const char* want_name,
+                      int device, int64_t rows, int k, void** ptr) {
+  *ptr = NULL;
+  if (t == Py_None) return 0;
+  if (expect_dtype(t, name, want_dt, want_name) != 0) return -1;
+  TArg a;
+  if (tensor_arg(t, name, device, -1, 1, &a) != 0) return -1;
+  const int64_t elems = rows * (k > 0 ? k : 1);
+  const int64_t esize = want_dt == t_i64 ? 8 : want_dt == t_f32 ? 4 : 2;
+  if (a.nbytes != elems * esize) {
+    PyErr_Format(PyExc_ValueError, "%s must hold %lld elements ([%lld%s]), got %lld bytes", name,
+                 (long long)elems, (long long)rows, k > 0 ? ", k" : "", (long long)a.nbytes);
+    return -1;
+  }
+  *ptr = a.ptr;
+  return 0;
+}
+
+static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, long long limit,
+                             PyObject* oi, PyObject* ov, PyObject* ol) {
+  if (torch_load() != 0) return NULL;
+  PyObject* dt = tensor_dtype(x, "local_logits");
+  if (dt == NULL) return NULL;
+  const dpsDataType_t code = dt == t_f32    ? dpsFloat32
+                             : dt == t_bf16 ? dpsBfloat16
+                             : dt == t_f16  ? dpsFloat16
+                                            : dpsDtypeUnset;
+  const char* dname = code == dpsFloat32 ? "torch.float32" : code == dpsBfloat16 ? "torch.bfloat16" : "torch.float16";
+  if (code == dpsDtypeUnset) {
+    PyErr_Format(PyExc_TypeError,
+                 "local_logits dtype %R is not supported; expected torch.float32, torch.bfloat16 "
+                 "or torch.float16",
+                 dt);
+    Py_DECREF(dt);
+    return NULL;
+  }
+  TArg a;
+  if (tensor_arg(x, "local_logits", self->device, 2, 0, &a) != 0) {
+    Py_DECREF(dt);
+    return NULL;
+  }
+  void *pi, *pv, *pl;
+  const int bad = select_out(oi, k > 0 ? "out_indices" : "out_index", t_i64, "torch.int64",
+                             self->device, a.shape[0], k, &pi) ||
+                  select_out(ov, k > 0 ? "out_values" : "out_value", dt, dname, self->device,
+                             a.shape[0], k, &pv) ||
+                  select_out(ol, "out_lse", t_f32, "torch.float32", self->device, a.shape[0], 0,
+                             &pl);
+  Py_DECREF(dt);
+  if (bad) return NULL;
+  void* stream;
+  if (current_stream(self->device, &stream) != 0) return NULL;
+  adapter_reset(self);
+  dpsComm_t comm = h->comm;
+  const int64_t vlimit = limit > 0 ? (int64_t)limit : self->vocab;
+  dpsResult_t r;
+  PyThreadState* ts = op_gil_drop(self);
+  if (k == 0)
+    r = dpsArgmax(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, (int64_t*)pi, pv,
+                  (float*)pl, (struct CUstream_st*)stream);
+  else
+    r = dpsTopK(comm, a.ptr, a.shape[0], a.shape[1], code, k, vlimit, pv, (int64_t*)pi,
+                (struct CUstream_st*)stream);
+  gil_take(ts);
+  if (r != dpsSuccess) return op_fail(self, r);
+  Py_RETURN_NONE;
+}
+
+static PyObject* comm_select(CommObject* self, PyObject* args) {
+  PyObject *x, *oi, *ov, *ol;
+  int k;
+  long long limit;
+  if (!PyArg_ParseTuple(args, "OiLOOO:_select", &x, &k, &limit, &oi, &ov, &ol)) return NULL;
+  Handle* h;
+  if (comm_enter(self, k > 0 ? "topk" : "argmax", &h) != 0) return NULL;
+  PyObject* v = select_body(self, h, x, k, limit, oi, ov, ol);
+  comm_leave(self, h);
+  return v;
+}
+
 static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"dtype", NULL};
   PyObject* d;
@@ -694,6 +776,9 @@ static PyGetSetDef comm_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef comm_methods[] = {
+    {"_select", (PyCFunction)comm_select, METH_VARARGS,
+     "_select(local_logits, k, vocab_limit, index, value, lse): argmax (k=0) or top-k into the "
+     "given tensors (None: not wanted; vocab_limit <= 0: the vocab size)"},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
     {"swap_batch_vocab", (PyCFunction)(void (*)(void))comm_swap, METH_VARARGS | METH_KEYWORDS,

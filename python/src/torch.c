@@ -8,6 +8,7 @@ PyObject* t_from_dlpack = NULL;            /* torch._C._from_dlpack */
 static PyObject* t_raw_stream = NULL;      /* torch._C._cuda_getCurrentRawStream, or NULL */
 static PyObject* t_current_stream = NULL;  /* torch.cuda.current_stream (fallback) */
 PyObject* t_f32 = NULL;
+PyObject* t_i64 = NULL;
 PyObject* t_bf16 = NULL;
 PyObject* t_f16 = NULL;
 PyObject* t_i32 = NULL;
@@ -50,6 +51,7 @@ int torch_load(void) {
   if ((t_bf16 = PyObject_GetAttrString(torch, "bfloat16")) == NULL) goto out;
   if ((t_f16 = PyObject_GetAttrString(torch, "float16")) == NULL) goto out;
   if ((t_i32 = PyObject_GetAttrString(torch, "int32")) == NULL) goto out;
+  if ((t_i64 = PyObject_GetAttrString(torch, "int64")) == NULL) goto out;
   if ((t_u8 = PyObject_GetAttrString(torch, "uint8")) == NULL) goto out;
   t_ready = 1;
   rc = 0;

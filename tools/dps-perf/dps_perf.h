@@ -25,7 +25,7 @@
  *
  * and add `extern const DpOp dpOpName;` and `&dpOpName` to ops.c (the -o
  * list, the help and the header line come from that table). Every callback
- * is required. An operation without logits can take the harness's
+ * is required; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
  * dpAddTokenCases and dpValidTokens (gather and logprobs do). If its shapes
  * read -s/-d differently from the existing operations, say so in usage()
  * (harness.c). op_logprobs.c is the smallest example.
@@ -165,6 +165,9 @@ typedef struct DpOp {
   long long (*check)(const DpCase* c, void* bufs, int rank, int tp, int step, cudaStream_t s,
                      DpLocal* l);
   void (*teardown)(void* bufs);
+  /* Optional. 1: bytes counts the local pass's HBM reads (argmax, top-k),
+   * and the efficiency column is against the HBM read peak, not the link. */
+  int hbm;
 } DpOp;
 
 /* ops.c: every operation, in table order. */
@@ -177,6 +180,10 @@ extern const int dpNumOps;
  * pure NVLink store stream, no loads. */
 cudaError_t dpLaunchPeerStore(void* dst, size_t bytes, int blocks, int threads, int tag,
                               cudaStream_t stream);
+/* Reads [src, src+bytes) (bytes a multiple of 16) as int4, grid-stride: the
+ * local HBM read peak, against which the operations marked `hbm` report. */
+cudaError_t dpLaunchRead(const void* src, size_t bytes, int blocks, int threads, int* sink,
+                         cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -423,6 +423,62 @@ static void printHeader(int tp) {
 /* Link peak                                                                  */
 
 static double g_store_peak = 0.0; /* GB/s per direction, 0 = unknown */
+static double g_hbm_peak = 0.0;   /* GB/s of local reads, 0 = unknown */
+
+/* The local HBM read peak (every rank, its own device). */
+static void measureHbm(int rank, int tp, cudaStream_t s) {
+  DpLocal l = {DP_OK, ""};
+  Agreed a;
+  const size_t bytes = (size_t)g_opt.peak_mib << 20;
+  void* buf = NULL;
+  int* sink = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  int dev = rank, sms = 0;
+  double best = 0.0;
+  int best_blocks = 0;
+  float ms = 0.f;
+  DP_TRY_CUDA(&l, cudaMalloc(&buf, bytes), done);
+  DP_TRY_CUDA(&l, cudaMalloc((void**)&sink, 4), done);
+  DP_TRY_CUDA(&l, cudaMemset(buf, 1, bytes), done);
+  DP_TRY_CUDA(&l, cudaEventCreate(&e0), done);
+  DP_TRY_CUDA(&l, cudaEventCreate(&e1), done);
+  DP_TRY_CUDA(&l, cudaGetDevice(&dev), done);
+  DP_TRY_CUDA(&l, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), done);
+  static const int kMul[] = {1, 2, 4, 8};
+  for (size_t m = 0; m < sizeof kMul / sizeof kMul[0]; ++m) {
+    const int blocks = sms * kMul[m];
+    DP_TRY_CUDA(&l, dpLaunchRead(buf, bytes, blocks, 512, sink, s), done);
+    DP_TRY_CUDA(&l, cudaEventRecord(e0, s), done);
+    for (int i = 0; i < g_opt.peak_reps; ++i)
+      DP_TRY_CUDA(&l, dpLaunchRead(buf, bytes, blocks, 512, sink, s), done);
+    DP_TRY_CUDA(&l, cudaEventRecord(e1, s), done);
+    DP_TRY_CUDA(&l, cudaEventSynchronize(e1), done);
+    DP_TRY_CUDA(&l, cudaEventElapsedTime(&ms, e0, e1), done);
+    const double gbs = (double)bytes * g_opt.peak_reps / (ms * 1e-3) / 1e9;
+    if (gbs > best) {
+      best = gbs;
+      best_blocks = blocks;
+    }
+  }
+done:
+  agree(rank, tp, &l, best > 0 ? (float)(1e3 / best) : 0.f, 0, &a); /* slowest rank decides */
+  if (a.worst == DP_OK && a.max_value > 0) g_hbm_peak = 1e3 / a.max_value;
+  if (rank == 0) {
+    if (g_hbm_peak > 0)
+      printf("# HBM read peak: %.1f GB/s (int4 loads, %d MiB x %d, best grid %d x 512; the slowest "
+             "rank; argmax/topk efficiency is against it)\n",
+             g_hbm_peak, g_opt.peak_mib, g_opt.peak_reps, best_blocks);
+    else
+      printf("# HBM read peak: unavailable\n");
+    fflush(stdout);
+  }
+  cudaDeviceSynchronize();
+  if (buf) cudaFree(buf);
+  if (sink) cudaFree(sink);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaGetLastError();
+}
 
 static int measurePeaks(int rank, int tp, cudaStream_t s) {
   DpLocal l = {DP_OK, ""};
@@ -670,7 +726,8 @@ static void printTableHeader(void) {
     printf("op,backend,pad_bs,N,vocab,dtype,bytes,time_us,algbw_GBps,link_eff_pct,wrong,status\n");
   } else {
     printf("#\n# bytes: what each rank sends across the link per call ((tp-1)/tp of its input);"
-           " algbw = bytes / time; link = algbw / peer store peak\n#\n");
+           " algbw = bytes / time; link = algbw / peer store peak\n# argmax, topk: bytes = the"
+           " local pass's HBM reads of the shard; link = algbw / HBM read peak\n#\n");
     printf("# %8s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", "op", "backend", "pad_bs", "N",
            "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
   }
@@ -687,7 +744,8 @@ static void printRow(const DpCase* c, dpsBackend_t be, int tp, double us, long l
   const int ok = status == NULL;
   const double algbw = ok && us > 0 ? (double)bytes / (us * 1e3) : 0.0;
   char eff[32], wr[32], tm[32], bw[32];
-  if (ok && g_store_peak > 0) snprintf(eff, sizeof eff, "%.1f%%", 100.0 * algbw / g_store_peak);
+  const double peak = c->op->hbm ? g_hbm_peak : g_store_peak;
+  if (ok && peak > 0) snprintf(eff, sizeof eff, "%.1f%%", 100.0 * algbw / peak);
   else snprintf(eff, sizeof eff, "-");
   if (!ok) snprintf(wr, sizeof wr, "-");
   else if (g_opt.check) snprintf(wr, sizeof wr, "%lld", wrong);
@@ -702,7 +760,7 @@ static void printRow(const DpCase* c, dpsBackend_t be, int tp, double us, long l
   if (g_opt.csv) {
     printf("%s,%s,%d,%d,%s,%s,%zu,%s,%s,%s,%s,%s\n", c->op->name, dpsBackendName(be),
            c->pad_bs, c->n, vocab, dt, bytes, ok ? tm : "", ok ? bw : "",
-           ok && g_store_peak > 0 ? eff : "", ok ? wr : "", ok ? (wrong ? "wrong" : "ok") : status);
+           ok && peak > 0 ? eff : "", ok ? wr : "", ok ? (wrong ? "wrong" : "ok") : status);
   } else {
     printf("  %8s %9s %7d %3d %7s %6s %12zu %10s %12s %7s %7s\n", c->op->name,
            dpsBackendName(be), c->pad_bs, c->n, vocab, dt, bytes, tm, bw, eff, wr);
@@ -857,7 +915,8 @@ static int rankMain(int rank, int nranks, void* arg) {
     }
   }
 
-  if (g_opt.peak) measurePeaks(rank, tp, s);
+  if (g_opt.peak) measureHbm(rank, tp, s);
+  if (g_opt.peak && tp > 1) measurePeaks(rank, tp, s);
   else if (rank == 0) printf("# peer store peak: not measured (--no-peak)\n");
 
   /* Which requested backends can run here (a small probe communicator each). */
@@ -1015,8 +1074,8 @@ int main(int argc, char** argv) {
 
   if (g_opt.dry_run) {
     if (g_opt.tp == 0) g_opt.tp = 2;
-    if (g_opt.tp < 2 || g_opt.tp > DP_MAX_RANKS) {
-      fprintf(stderr, "dps-perf: --tp %d: need 2 <= tp <= %d\n", g_opt.tp, DP_MAX_RANKS);
+    if (g_opt.tp < 1 || g_opt.tp > DP_MAX_RANKS) {
+      fprintf(stderr, "dps-perf: --tp %d: need 1 <= tp <= %d\n", g_opt.tp, DP_MAX_RANKS);
       return 2;
     }
     if (buildCases()) return 2;
@@ -1036,17 +1095,19 @@ int main(int argc, char** argv) {
   }
 
   const int gpus = fxGpuCount();
-  if (gpus < 2) {
-    printf("dps-perf needs at least 2 GPUs, found %d\n", gpus < 0 ? 0 : gpus);
+  if (gpus < 1) {
+    printf("dps-perf needs at least 1 GPU, found 0\n");
     fflush(stdout);
     return 1;
   }
   if (g_opt.tp == 0) g_opt.tp = gpus;
-  if (g_opt.tp < 2 || g_opt.tp > gpus || g_opt.tp > DP_MAX_RANKS) {
-    fprintf(stderr, "dps-perf: --tp %d: need 2 <= tp <= %d (GPUs found: %d)\n", g_opt.tp,
+  if (g_opt.tp < 1 || g_opt.tp > gpus || g_opt.tp > DP_MAX_RANKS) {
+    fprintf(stderr, "dps-perf: --tp %d: need 1 <= tp <= %d (GPUs found: %d)\n", g_opt.tp,
             gpus < DP_MAX_RANKS ? gpus : DP_MAX_RANKS, gpus);
     return 2;
   }
+  if (g_opt.tp == 1)
+    printf("# tp=1 (one GPU): nothing crosses a link; the swap and gathers are local copies\n");
   if (buildCases()) return 2;
 
   g_sh = (DpShared*)mmap(NULL, sizeof(DpShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,

@@ -26,3 +26,32 @@ extern "C" cudaError_t dpLaunchPeerStore(void* dst, size_t bytes, int blocks, in
   dpPeerStoreKernel<<<blocks, threads, 0, stream>>>((int4*)dst, bytes / 16, tag);
   return cudaGetLastError();
 }
+
+/* HBM read peak: every thread reads int4 (4 in flight) and folds them into
+ * one word, written only when it matches `tag` (never, in practice), so the
+ * loads cannot be dropped. */
+__global__ void __launch_bounds__(1024) dpReadKernel(const int4* __restrict__ src, size_t n16,
+                                                     int tag, int* sink) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  int acc = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const int4 a = __ldg(src + i), b = __ldg(src + i + stride), c = __ldg(src + i + 2 * stride),
+               d = __ldg(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+           d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const int4 a = __ldg(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == tag) *sink = acc;
+}
+
+extern "C" cudaError_t dpLaunchRead(const void* src, size_t bytes, int blocks, int threads,
+                                    int* sink, cudaStream_t stream) {
+  if (blocks < 1 || threads < 32 || threads > 1024 || (bytes % 16) != 0)
+    return cudaErrorInvalidValue;
+  dpReadKernel<<<blocks, threads, 0, stream>>>((const int4*)src, bytes / 16, 0x7f3a91c5, sink);
+  return cudaGetLastError();
+}

@@ -1,0 +1,147 @@
+"""argmax / topk on DpSamplingComm and the distributed_argmax drop-in, tp=1
+on one GPU (tp 2..8: test_gpu_virtual_ranks scenario=select; multi-GPU:
+test_gpu_select). Every value is checked against torch on the full row,
+with the documented rules: NaN counts as -inf, ties go to the lower index,
+columns at or beyond vocab_limit are excluded."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+import dpsampling  # noqa: E402
+from dpsampling import DpSamplingComm  # noqa: E402
+
+BACKENDS = ["nccl", "onesided"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _rows(rows, V, dtype, seed):
+    """Rows of every kind: ties, NaN scattered, all NaN, all -inf, +inf."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randint(0, 64, (rows, V), generator=g).float() * 0.25 - 8.0)
+    for r in range(rows):
+        kind = r % 6
+        if kind == 1:
+            x[r, torch.rand(V, generator=g) < 0.2] = float("nan")
+        elif kind == 2:
+            x[r] = float("nan")
+        elif kind == 3:
+            x[r] = float("-inf")
+        elif kind == 4:
+            x[r, torch.randint(0, V, (2,), generator=g)] = float("inf")
+    return x.to(dtype)
+
+
+def _ref(x, limit, k=None):
+    v = x[:, :limit].float().cpu().nan_to_num(nan=float("-inf"), posinf=float("inf"),
+                                               neginf=float("-inf"))
+    if k is None:
+        return v.argmax(dim=-1), torch.logsumexp(x[:, :limit].float().cpu(), dim=-1)
+    vals, idx = torch.sort(v, dim=-1, descending=True, stable=True)
+    return vals[:, :k], idx[:, :k]
+
+
+def _comm(backend, V, dtype, max_rows=64):
+    return DpSamplingComm(tp_size=1, rank=0, group=(0,), max_pad_bs=max_rows,
+                          num_tokens_per_req=1, vocab_size=V, logits_dtype=dtype,
+                          backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("V", [1, 7, 33, 1001, 76032])
+def test_argmax_topk_match_torch(backend, dtype, V):
+    c = _comm(backend, V, dtype)
+    try:
+        for step, (rows, limit) in enumerate([(64, V), (1, V), (5, max(1, V // 2)), (33, 1)]):
+            x = _rows(rows, V, dtype, 10 * V + step).cuda()
+            idx, val, lse = c.argmax(x, vocab_limit=limit, return_logsumexp=True)
+            ri, rl = _ref(x, limit)
+            assert torch.equal(idx.cpu(), ri), (step, idx.cpu(), ri)
+            want_val = x.cpu()[:, :limit].float().nan_to_num(nan=float("-inf")).gather(
+                1, ri[:, None])[:, 0]
+            assert torch.equal(val.float().cpu(), want_val)
+            assert torch.allclose(lse.cpu(), rl, rtol=1e-4, atol=1e-4, equal_nan=True)
+            for k in (1, 7, 64):
+                if k > limit:
+                    continue
+                vals, inds = c.topk(x, k, vocab_limit=limit)
+                rv, ri2 = _ref(x, limit, k)
+                assert torch.equal(inds.cpu(), ri2), (step, k)
+                assert torch.equal(vals.float().cpu(), rv), (step, k)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_replay_with_changed_inputs(backend):
+    V = 4096
+    c = _comm(backend, V, torch.bfloat16)
+    x = _rows(48, V, torch.bfloat16, 1).cuda()
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        c.argmax(x)
+        c.topk(x, 8)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            idx, val = c.argmax(x)
+            tv, ti = c.topk(x, 8)
+    for seed in (2, 3):
+        x.copy_(_rows(48, V, torch.bfloat16, seed).cuda())
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(idx.cpu(), _ref(x, V)[0])
+        rv, ri = _ref(x, V, 8)
+        assert torch.equal(ti.cpu(), ri) and torch.equal(tv.float().cpu(), rv)
+    del g
+    c.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_arguments_name_themselves(backend):
+    c = _comm(backend, 64, torch.float32, max_rows=8)
+    x = torch.zeros(4, 64, device="cuda")
+    with pytest.raises(ValueError, match="rows=9"):
+        c.argmax(torch.zeros(9, 64, device="cuda"))
+    with pytest.raises(ValueError, match="logits is"):
+        c.argmax(torch.zeros(4, 65, device="cuda"))
+    with pytest.raises(ValueError, match="vocab_limit=65"):
+        c.argmax(x, vocab_limit=65)
+    with pytest.raises(ValueError, match="vocab_limit=0"):
+        c.argmax(x, vocab_limit=0)
+    with pytest.raises(ValueError, match="k=65"):
+        c.topk(x, 65)
+    with pytest.raises(ValueError, match="k=0"):
+        c.topk(x, 0)
+    with pytest.raises(RuntimeError, match="differs"):
+        c.argmax(x.to(torch.bfloat16))
+    with pytest.raises(TypeError, match="torch.int64"):
+        c.argmax(x, out_index=torch.zeros(4, dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="out_index must hold 4"):
+        c.argmax(x, out_index=torch.zeros(3, dtype=torch.int64, device="cuda"))
+    poison = torch.full((4,), 77, dtype=torch.int64, device="cuda")
+    with pytest.raises(ValueError):
+        c.argmax(x, vocab_limit=0, out_index=poison)
+    assert torch.equal(poison.cpu(), torch.full((4,), 77, dtype=torch.int64))
+    c.close()
+
+
+def test_distributed_argmax_drop_in():
+    V, M = 5000, 16
+    st = dpsampling.create_dist_argmax_state((0,), 0, M, torch.bfloat16, skip_ping_pong=True)
+    out_max = torch.empty(M, dtype=torch.bfloat16, device="cuda")
+    out_idx = torch.empty(M, dtype=torch.int64, device="cuda")
+    for seed, m in ((1, M), (2, 3)):
+        x = _rows(m, V, torch.bfloat16, seed).cuda()
+        mx, ix = dpsampling.distributed_argmax(st, x, out_max=out_max[:m], out_idx=out_idx[:m])
+        assert mx.data_ptr() == out_max.data_ptr() and ix.data_ptr() == out_idx.data_ptr()
+        ri, _ = _ref(x, V)
+        assert torch.equal(ix.cpu(), ri)
+        want = x.cpu().float().nan_to_num(nan=float("-inf")).gather(1, ri[:, None])[:, 0]
+        assert torch.equal(mx.float().cpu(), want) and mx.dtype == torch.bfloat16
+        mx2, ix2 = dpsampling.distributed_argmax(st, x)
+        assert torch.equal(ix2, ix) and torch.equal(mx2, mx)
+    st.close()

@@ -1,0 +1,25 @@
+/* dps-perf operation: dpsTopK with k = 64 (DP_TOPK_K). Each rank reads its
+ * [rows, V/tp] shard and exchanges k (value, index) pairs per row; bytes =
+ * the shard's bytes, the efficiency is against the HBM read peak. Shapes as
+ * argmax. */
+#include "select_case.h"
+
+static int setup(const DpCase* c, int tp, void** bufs, DpLocal* l) {
+  return dpSelSetup(c, tp, bufs, l, DP_TOPK_K);
+}
+
+const DpOp dpOpTopk = {
+    .name = "topk",
+    .aliases = NULL,
+    .add_cases = dpSelAddCases,
+    .valid = dpSelValid,
+    .bytes = dpSelBytes,
+    .host_init = dpSelHostInit,
+    .host_free = dpSelHostFree,
+    .setup = setup,
+    .fill = dpSelFill,
+    .run = dpSelRun,
+    .check = dpSelCheck,
+    .teardown = dpSelTeardown,
+    .hbm = 1,
+};

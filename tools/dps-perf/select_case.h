@@ -1,0 +1,24 @@
+/* What op_argmax.c and op_topk.c share: the cases (rows x V shards), the
+ * inputs (the fixtures' selection rows), the buffers and the reference
+ * check. k == 0: argmax (with the logsumexp), else top-k. */
+#ifndef DPS_PERF_SELECT_CASE_H_
+#define DPS_PERF_SELECT_CASE_H_
+
+#include "dps_perf.h"
+
+#define DP_TOPK_K 64 /* k of the top-k cases */
+
+void dpSelAddCases(const DpOp* self, const DpCaseArgs* a);
+int dpSelValid(const DpCase* c, int tp);
+size_t dpSelBytes(const DpCase* c, int tp);
+int dpSelHostInit(const DpCase* c, int rank, int tp, void** host);
+void dpSelHostFree(void* host);
+int dpSelSetup(const DpCase* c, int tp, void** bufs, DpLocal* l, int k);
+int dpSelFill(const DpCase* c, void* bufs, const void* host, int tp, int step, cudaStream_t s,
+              DpLocal* l);
+dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* bufs, int tp, cudaStream_t s);
+long long dpSelCheck(const DpCase* c, void* bufs, int rank, int tp, int step, cudaStream_t s,
+                     DpLocal* l);
+void dpSelTeardown(void* bufs);
+
+#endif /* DPS_PERF_SELECT_CASE_H_ */
