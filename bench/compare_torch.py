@@ -14,6 +14,13 @@ warm-up (the slowest rank counts):
     torch      pack -> all_gather_into_tensor -> unpack copies
   logprobs (gather_verify_logprobs, fp32 [reqs, N]):
     torch      all_gather_into_tensor
+  argmax / topk (rows x V; every rank holds the [rows, V/tp] shard; k = 64):
+    torch      torch.argmax / torch.topk on the full [rows, V] row (what an
+               engine without vocab-sharded selection runs after a swap)
+    torch_a2a  (column "a2a") the swap (dpsampling onesided, else nccl) of the
+               shards + torch.argmax / torch.topk on the swapped [rows/tp, V]
+    nccl, onesided  DpSamplingComm.argmax / .topk on the shard
+  argmax/topk run at any world size, 1 included.
 
 Every result is checked: after the eager warm-up (step 1 inputs) and after the
 graph replays (step 2 inputs written into the captured input buffers), the
@@ -38,15 +45,19 @@ TARGET_SHAPE = (256, 4, 152064, "bf16")
 
 DEFAULT_SWAP = "8x1x64:bf16,8x1x64:fp32,64x1x152064,64x4x152064,256x4x152064,512x4x129280,8x1x129280,128x2x152064"
 DEFAULT_GATHER = "8x1,64x1,256x1,512x1,8x4,64x4,256x4,512x4,8x8,64x8,256x8,512x8"
+DEFAULT_SELECT = "8x64640,64x76032,256x76032,1024x76032"
+TOPK_K = 64
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=0, help="ranks / GPUs (default: all visible GPUs)")
-    p.add_argument("--ops", default="swap,gather,logprobs", help="comma list of swap,gather,logprobs")
+    p.add_argument("--ops", default="swap,gather,logprobs",
+                   help="comma list of swap,gather,logprobs,argmax,topk")
     p.add_argument("--backends", default="nccl,onesided", help="dpsampling backends to time")
     p.add_argument("--swap-shapes", default=DEFAULT_SWAP, help="PADxNxV[:dtype] comma list (dtype default --dtype)")
     p.add_argument("--gather-shapes", default=DEFAULT_GATHER, help="PADxN comma list")
+    p.add_argument("--select-shapes", default=DEFAULT_SELECT, help="ROWSxV comma list (argmax, topk)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--warmup", type=int, default=5, help="eager calls before capture")
     p.add_argument("--iters", type=int, default=20, help="calls captured into one graph")
@@ -335,6 +346,80 @@ def run_gather(ctx, shape, comms, rows_out, which):
     rows_out.append((which, f"{pad_bs}x{n}", "int32" if which == "gather" else "fp32", nbytes, res))
 
 
+def run_select(ctx, shape, rows_out, which):
+    """argmax / topk: dpsampling on the shard vs torch on the full row and vs
+    swap + torch. Values checked against torch's argmax / topk values."""
+    torch = ctx.torch
+    rows, vocab = shape
+    tp, rank = ctx.world, ctx.rank
+    vl = vocab // tp
+    dt = torch.bfloat16
+
+    def full(step):
+        g = torch.Generator(device=ctx.device).manual_seed(1000 + step)
+        return torch.randn(rows, vocab, device=ctx.device, generator=g).to(dt)
+
+    x_full = full(1)
+    shard = x_full[:, rank * vl:(rank + 1) * vl].contiguous()
+    res = {}
+
+    def want_of(x):
+        if which == "argmax":
+            return x.float().amax(dim=-1)
+        return torch.topk(x.float(), TOPK_K, dim=-1).values
+
+    def wrong_of(got_vals, x):
+        return int((got_vals.float() != want_of(x)).sum().item())
+
+    def torch_full():
+        if which == "argmax":
+            i = torch.argmax(x_full, dim=-1)
+            return x_full.gather(1, i[:, None])[:, 0]
+        return torch.topk(x_full, TOPK_K, dim=-1).values
+
+    eager, replay, graph = _time_graph(ctx, torch_full)
+    us, gout = replay()
+    res["torch"] = (us, wrong_of(gout, x_full))
+    del graph
+
+    swap_b = "onesided" if "onesided" in ctx.backends else "nccl"
+    if rows % tp == 0:
+        comm = ctx.dps.DpSamplingComm(tp_size=tp, rank=rank, group=tuple(range(tp)),
+                                      max_pad_bs=rows, num_tokens_per_req=1, vocab_size=vocab,
+                                      logits_dtype=dt, backend=swap_b)
+        mine = slice(rank * (rows // tp), (rank + 1) * (rows // tp))
+
+        def swap_then():
+            full_rows = comm.swap_batch_vocab(shard, pad_bs=rows)
+            if which == "argmax":
+                i = torch.argmax(full_rows, dim=-1)
+                return full_rows.gather(1, i[:, None])[:, 0]
+            return torch.topk(full_rows, TOPK_K, dim=-1).values
+
+        eager, replay, graph = _time_graph(ctx, swap_then)
+        us, gout = replay()
+        res["torch_a2a"] = (us, wrong_of(gout, x_full[mine]))
+        del graph
+        _destroy(comm)
+    for b in ctx.backends:
+        comm = ctx.dps.DpSamplingComm(tp_size=tp, rank=rank, group=tuple(range(tp)),
+                                      max_pad_bs=rows, num_tokens_per_req=1, vocab_size=vocab,
+                                      logits_dtype=dt, backend=b)
+
+        def dps():
+            if which == "argmax":
+                return comm.argmax(shard)[1]
+            return comm.topk(shard, TOPK_K)[0]
+
+        eager, replay, graph = _time_graph(ctx, dps)
+        us, gout = replay()
+        res[b] = (us, wrong_of(gout, x_full) + wrong_of(eager, x_full))
+        del graph
+        _destroy(comm)
+    gc.collect()
+    rows_out.append((which, f"{rows}x{vocab}", "bf16", rows * vl * 2, res))
+
+
 def worker_body(rank, world, args, init_method):
     import torch
     import torch.distributed as dist
@@ -394,6 +479,15 @@ def worker_body(rank, world, args, init_method):
                 if rank == 0:
                     print_row(rows[-1], ctx.backends)
             comms.clear()
+    select_shapes = [tuple(int(v) for v in t.split("x")) for t in args.select_shapes.split(",") if t]
+    for which in ("argmax", "topk"):
+        if which in ops:
+            for s in select_shapes:
+                if s[1] % world:
+                    continue
+                run_select(ctx, s, rows, which)
+                if rank == 0:
+                    print_row(rows[-1], ctx.backends)
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()
@@ -485,7 +579,7 @@ def main():
         if b and b not in ("nccl", "onesided"):
             raise SystemExit(f"compare_torch.py: unknown backend {b!r}")
     for o in args.ops.split(","):
-        if o and o not in ("swap", "gather", "logprobs"):
+        if o and o not in ("swap", "gather", "logprobs", "argmax", "topk"):
             raise SystemExit(f"compare_torch.py: unknown op {o!r}")
     parse_swap_shapes(args.swap_shapes, args.dtype)
     parse_gather_shapes(args.gather_shapes)
@@ -512,9 +606,11 @@ def main():
         return worker_body(rank, world, args, "env://")
 
     world = args.world or torch.cuda.device_count()
-    if world < 2 or world > torch.cuda.device_count():
-        print(f"compare_torch.py needs at least 2 GPUs (asked {world}, found {torch.cuda.device_count()})",
-              file=sys.stderr)
+    ops = [o for o in args.ops.split(",") if o]
+    need = 2 if any(o in ("swap", "gather", "logprobs") for o in ops) else 1
+    if world < need or world > torch.cuda.device_count():
+        print(f"compare_torch.py needs at least {need} GPU(s) for --ops {args.ops} (asked {world}, "
+              f"found {torch.cuda.device_count()})", file=sys.stderr)
         return 1
     port = _free_port()
     ctx = mp.get_context("spawn")
