@@ -392,12 +392,22 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
    * elements are disjoint from every other thread's */
   MaxVisit mx{KEY_NONE};
   forEachElem(rowp, a.dtype, 0, n, mx);
-  /* the k-th largest thread maximum: sort the maxima (keys only) */
-  s_cand[threadIdx.x] = (u64)mx.m;
-  bitonicDesc(s_cand, TOPK_THREADS);
-  if (threadIdx.x == 0) {
-    s_thresh = (uint32_t)s_cand[k - 1];
-    s_count = 0;
+  /* the k-th largest thread maximum: the maximum that has fewer than k
+   * maxima above it and at least k at or above it (every thread counts) */
+  __shared__ uint32_t s_max[TOPK_THREADS];
+  s_max[threadIdx.x] = mx.m;
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  {
+    const uint32_t me = mx.m;
+    int gt = 0, ge = 0;
+#pragma unroll 8
+    for (int j = 0; j < TOPK_THREADS; ++j) {
+      const uint32_t o = s_max[j];
+      gt += o > me;
+      ge += o >= me;
+    }
+    if (gt < k && ge >= k) s_thresh = me; /* every writer writes the same value */
   }
   __syncthreads();
   const uint32_t t = s_thresh; /* >= k elements have key >= t (KEY_NONE: all of them) */
@@ -448,14 +458,29 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
     count = k;
   }
 
-  /* sort the candidates, fillers last */
-  int m = 1;
-  while (m < count || m < k) m <<= 1;
-  for (int i = count + threadIdx.x; i < m; i += blockDim.x) s_cand[i] = packKI(KEY_NONE, NO_INDEX);
-  bitonicDesc(s_cand, m);
+  /* the k best candidates, best first, fillers after the last one: by
+   * counting (packed pairs are distinct) when few, else a bitonic sort */
+  __shared__ u64 s_sel[DPS_TOPK_MAX];
+  for (int j = threadIdx.x; j < k; j += blockDim.x) s_sel[j] = packKI(KEY_NONE, NO_INDEX);
+  __syncthreads();
+  if (count <= TOPK_THREADS) {
+    if (threadIdx.x < count) {
+      const u64 me = s_cand[threadIdx.x];
+      int above = 0;
+      for (int j = 0; j < count; ++j) above += s_cand[j] > me;
+      if (above < k) s_sel[above] = me;
+    }
+  } else {
+    int m = 1;
+    while (m < count) m <<= 1;
+    for (int i = count + threadIdx.x; i < m; i += blockDim.x) s_cand[i] = packKI(KEY_NONE, NO_INDEX);
+    bitonicDesc(s_cand, m);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) s_sel[j] = s_cand[j];
+  }
+  __syncthreads();
 
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const u64 p = s_cand[j];
+    const u64 p = s_sel[j];
     const uint32_t key = packedKey(p), idx = packedIdx(p);
     const float v = key == KEY_NONE ? -INFINITY : keyValue(key);
     if (a.sink == DPS_SEL_SINK_FINAL) {
