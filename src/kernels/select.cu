@@ -3,8 +3,8 @@
  *
  * Order everywhere: larger value first, then lower global index (then lower
  * source rank, which only separates the {-inf, 0xffffffff} fillers). NaN is
- * read as -inf. The comparisons run on 32-bit order keys (orderKey), so that
- * -0.0 < +0.0 as in a sort, and every comparison is exact.
+ * read as -inf, -0.0 as +0.0. Argmax compares floats; top-k compares 32-bit
+ * order keys (orderKey) with the index packed below them.
  *
  * Argmax local pass: a row is cut into `chunks` column ranges, one block
  * each; a block reduces its range (vector loads where the row's alignment
@@ -37,7 +37,8 @@ using namespace dpsos;
 namespace {
 
 constexpr int ARGMAX_THREADS = 512;
-constexpr int TOPK_THREADS = 512;
+constexpr int TOPK_THREADS = 1024;
+constexpr int TOPK_GROUPS = TOPK_THREADS / 2; /* thread pairs: disjoint element groups */
 constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
 constexpr uint32_t NO_INDEX = 0xffffffffu;
 constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
@@ -50,8 +51,9 @@ __device__ __forceinline__ float loadValue(const void* base, long long i, int dt
 
 __device__ __forceinline__ float noNan(float v) { return v != v ? -INFINITY : v; }
 
+/* -0.0 counts as +0.0 (equal values: the lower index wins, as in argmax). */
 __device__ __forceinline__ uint32_t orderKey(float v) {
-  const uint32_t u = __float_as_uint(noNan(v));
+  const uint32_t u = __float_as_uint(noNan(v) + 0.0f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 __device__ __forceinline__ float keyValue(uint32_t k) {
@@ -78,10 +80,10 @@ struct Lse {
   __device__ Lse() : m(-INFINITY), s(0.f) {}
   __device__ __forceinline__ void add(float v) { /* v raw: NaN propagates into s */
     if (v > m) {
-      s = (m == -INFINITY ? 0.f : s * expf(m - v)) + 1.f;
+      s = s * __expf(m - v) + 1.f; /* m = -inf: exp(-inf) = 0 */
       m = v;
     } else {
-      s += v == m ? 1.f : expf(v - m);
+      s += v == m ? 1.f : __expf(v - m);
     }
   }
   __device__ __forceinline__ void merge(float m2, float s2) {
@@ -102,43 +104,70 @@ struct Lse {
   }
 };
 
-/* argmax state: best packed (key, index) + Lse */
+/* argmax state: the best value (never NaN: NaN never wins) and its global
+ * index, plus the Lse. */
 struct ArgState {
-  u64 best;
+  float v;
+  uint32_t i;
   Lse lse;
+  __device__ ArgState() : v(-INFINITY), i(0u) {} /* nothing beats -inf: index 0 */
 };
 
-__device__ __forceinline__ void argAdd(ArgState& st, float v, uint32_t idx, bool lse) {
-  const u64 p = packKI(orderKey(v), idx);
-  st.best = p > st.best ? p : st.best;
-  if (lse) st.lse.add(v);
+/* Elements of one thread come in increasing index: a strictly larger value
+ * wins (NaN compares false, -0.0 == +0.0). */
+template <bool LSE>
+__device__ __forceinline__ void argAdd(ArgState& st, float v, uint32_t idx) {
+  const bool take = v > st.v;
+  st.v = take ? v : st.v;
+  st.i = take ? idx : st.i;
+  if (LSE) st.lse.add(v);
 }
 
-__device__ __forceinline__ void argMerge(ArgState& st, u64 best, float m, float s, bool lse) {
-  st.best = best > st.best ? best : st.best;
-  if (lse) st.lse.merge(m, s);
+template <bool LSE>
+__device__ __forceinline__ void argMerge(ArgState& st, float v, uint32_t i, float m, float s) {
+  if (v > st.v || (v == st.v && i < st.i)) {
+    st.v = v;
+    st.i = i;
+  }
+  if (LSE) st.lse.merge(m, s);
+}
+
+template <bool LSE>
+__device__ __forceinline__ void warpArgReduce(ArgState& st) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_down_sync(0xffffffffu, st.v, o);
+    const uint32_t i = __shfl_down_sync(0xffffffffu, st.i, o);
+    const float m = __shfl_down_sync(0xffffffffu, st.lse.m, o);
+    const float s = __shfl_down_sync(0xffffffffu, st.lse.s, o);
+    argMerge<LSE>(st, v, i, m, s);
+  }
 }
 
 /* Block-wide fold of ArgState into thread 0's. */
-template <int THREADS>
-__device__ __forceinline__ void blockArgReduce(ArgState& st, bool lse) {
-  __shared__ u64 s_best[THREADS / 32];
-  __shared__ float s_m[THREADS / 32], s_s[THREADS / 32];
-  for (int o = 16; o > 0; o >>= 1) {
-    const u64 b = __shfl_down_sync(0xffffffffu, st.best, o);
-    const float m = __shfl_down_sync(0xffffffffu, st.lse.m, o);
-    const float s = __shfl_down_sync(0xffffffffu, st.lse.s, o);
-    argMerge(st, b, m, s, lse);
-  }
+template <int THREADS, bool LSE>
+__device__ __forceinline__ void blockArgReduce(ArgState& st) {
+  __shared__ float s_v[THREADS / 32], s_m[THREADS / 32], s_s[THREADS / 32];
+  __shared__ uint32_t s_i[THREADS / 32];
+  warpArgReduce<LSE>(st);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) {
-    s_best[w] = st.best;
+    s_v[w] = st.v;
+    s_i[w] = st.i;
     s_m[w] = st.lse.m;
     s_s[w] = st.lse.s;
   }
   __syncthreads();
-  if (threadIdx.x == 0)
-    for (int i = 1; i < THREADS / 32; ++i) argMerge(st, s_best[i], s_m[i], s_s[i], lse);
+  if (w == 0) {
+    ArgState t;
+    if (lane < THREADS / 32) {
+      t.v = s_v[lane];
+      t.i = s_i[lane];
+      t.lse.m = s_m[lane];
+      t.lse.s = s_s[lane];
+    }
+    warpArgReduce<LSE>(t);
+    if (lane == 0) st = t;
+  }
 }
 
 /* ---- emitting a row's result ------------------------------------------------- */
@@ -207,19 +236,19 @@ __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long lo
 }
 
 /* ---- argmax local pass --------------------------------------------------------- */
+template <bool LSE>
 struct ArgVisit {
   ArgState st;
-  long long col0;
-  bool lse;
+  uint32_t col0;
   __device__ __forceinline__ void operator()(long long j, float v) {
-    argAdd(st, v, (uint32_t)(col0 + j), lse);
+    argAdd<LSE>(st, v, col0 + (uint32_t)j);
   }
 };
 
+template <bool LSE>
 __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalArgs a) {
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
-  const bool lse = a.want_lse != 0;
   const bool ll = a.sink == DPS_SEL_SINK_LL;
   dpsPdlWait();
   u64 e = 0;
@@ -227,10 +256,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalA
     e = beginEpoch(a.c, a.op);
     if (e == 0) return; /* failed earlier */
   }
-  ArgVisit vis;
-  vis.st.best = packKI(orderKey(-INFINITY), (uint32_t)0); /* nothing beats -inf: index 0 */
-  vis.col0 = a.col0;
-  vis.lse = lse;
+  ArgVisit<LSE> vis;
+  vis.col0 = (uint32_t)a.col0;
   const int esize = a.dtype == 0 ? 4 : 2;
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
   const long long per = (a.nvalid + a.chunks - 1) / a.chunks;
@@ -239,16 +266,15 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalA
   if (from < to) forEachElem(rowp, a.dtype, from, to, vis);
   dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
   ArgState& st = vis.st;
-  blockArgReduce<ARGMAX_THREADS>(st, lse);
+  blockArgReduce<ARGMAX_THREADS, LSE>(st);
 
   __shared__ int s_last;
   if (a.chunks > 1) {
+    /* partials of the row's chunks; the last block folds them with one warp */
     if (threadIdx.x == 0) {
-      uint32_t* p = a.partial + ((size_t)row * a.chunks + chunk) * 4;
-      p[0] = (uint32_t)(st.best >> 32);
-      p[1] = (uint32_t)st.best;
-      p[2] = __float_as_uint(st.lse.m);
-      p[3] = __float_as_uint(st.lse.s);
+      uint4* p = reinterpret_cast<uint4*>(a.partial) + (size_t)row * a.chunks + chunk;
+      *p = make_uint4(__float_as_uint(st.v), st.i, __float_as_uint(st.lse.m),
+                      __float_as_uint(st.lse.s));
       __threadfence();
       const unsigned t = atomicAdd(&a.tickets[row], 1u);
       s_last = t == (unsigned)a.chunks - 1;
@@ -258,26 +284,31 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalA
       if (ll) finishEpoch(a.c, a.op, e);
       return;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {
       __threadfence();
-      a.tickets[row] = 0;
-      for (int c2 = 0; c2 < a.chunks; ++c2) {
-        if (c2 == chunk) continue;
-        const volatile uint32_t* p = a.partial + ((size_t)row * a.chunks + c2) * 4;
-        const u64 b = ((u64)p[0] << 32) | p[1];
-        argMerge(st, b, __uint_as_float(p[2]), __uint_as_float(p[3]), lse);
+      ArgState t;
+      if ((int)threadIdx.x < a.chunks) {
+        const uint4 q = __ldcg(reinterpret_cast<const uint4*>(a.partial) +
+                               (size_t)row * a.chunks + threadIdx.x);
+        t.v = __uint_as_float(q.x);
+        t.i = q.y;
+        t.lse.m = __uint_as_float(q.z);
+        t.lse.s = __uint_as_float(q.w);
+      }
+      warpArgReduce<LSE>(t);
+      if (threadIdx.x == 0) {
+        st = t;
+        a.tickets[row] = 0;
       }
     }
   }
   if (threadIdx.x == 0) {
-    const uint32_t key = packedKey(st.best), idx = packedIdx(st.best);
-    const float v = keyValue(key);
     if (a.sink == DPS_SEL_SINK_FINAL) {
-      a.out.index[row] = (int64_t)idx;
-      if (a.out.value) storeValue(a.out.value, row, v, a.dtype);
+      a.out.index[row] = (int64_t)st.i;
+      if (a.out.value) storeValue(a.out.value, row, st.v, a.dtype);
       if (a.out.lse) a.out.lse[row] = st.lse.value();
     } else {
-      const uint32_t w[4] = {__float_as_uint(v), idx, __float_as_uint(st.lse.m),
+      const uint32_t w[4] = {__float_as_uint(st.v), st.i, __float_as_uint(st.lse.m),
                              __float_as_uint(st.lse.s)};
       emitWords(a, row, w, 4, llFlag(e), (int)(e & 1));
     }
@@ -306,24 +337,6 @@ __device__ void bitonicDesc(u64* v, int n) {
   __syncthreads();
 }
 
-/* Sum of `x` over the block (every thread gets it). */
-__device__ __forceinline__ long long blockSum(long long x) {
-  __shared__ long long s_part[TOPK_THREADS / 32];
-  __shared__ long long s_tot;
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
-  if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = x;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    long long t = 0;
-    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) t += s_part[i];
-    s_tot = t;
-  }
-  __syncthreads();
-  const long long r = s_tot;
-  __syncthreads();
-  return r;
-}
-
 __device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype) {
   return orderKey(loadValue(rowp, j, dtype));
 }
@@ -334,11 +347,6 @@ struct MaxVisit {
     const uint32_t k = orderKey(v);
     m = k > m ? k : m;
   }
-};
-struct CountGeVisit {
-  uint32_t x;
-  long long c;
-  __device__ __forceinline__ void operator()(long long, float v) { c += orderKey(v) >= x; }
 };
 struct CollectVisit {
   uint32_t t;
@@ -364,12 +372,17 @@ struct CollectGtVisit {
   }
 };
 
-/* Number of keys >= x among the row's valid columns. */
-__device__ long long countGe(const char* rowp, int dtype, long long n, uint32_t x) {
-  CountGeVisit vis{x, 0};
-  forEachElem(rowp, dtype, 0, n, vis);
-  return blockSum(vis.c);
-}
+/* Radix selection: histogram of the digit at `shift` of the keys matching
+ * `prefix` on `mask`. */
+struct RadixVisit {
+  uint32_t prefix, mask;
+  int shift;
+  int* hist;
+  __device__ __forceinline__ void operator()(long long, float v) {
+    const uint32_t key = orderKey(v);
+    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+  }
+};
 
 __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs a) {
   __shared__ u64 s_cand[SEL_CAND];
@@ -394,15 +407,19 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
   forEachElem(rowp, a.dtype, 0, n, mx);
   /* the k-th largest thread maximum: the maximum that has fewer than k
    * maxima above it and at least k at or above it (every thread counts) */
-  __shared__ uint32_t s_max[TOPK_THREADS];
-  s_max[threadIdx.x] = mx.m;
+  __shared__ uint32_t s_max[TOPK_GROUPS];
+  {
+    const uint32_t o = __shfl_xor_sync(0xffffffffu, mx.m, 1);
+    mx.m = o > mx.m ? o : mx.m; /* the maximum of a pair of threads' elements */
+  }
+  if ((threadIdx.x & 1) == 0) s_max[threadIdx.x >> 1] = mx.m;
   if (threadIdx.x == 0) s_count = 0;
   __syncthreads();
-  {
+  if ((threadIdx.x & 1) == 0) {
     const uint32_t me = mx.m;
     int gt = 0, ge = 0;
 #pragma unroll 8
-    for (int j = 0; j < TOPK_THREADS; ++j) {
+    for (int j = 0; j < TOPK_GROUPS; ++j) {
       const uint32_t o = s_max[j];
       gt += o > me;
       ge += o >= me;
@@ -421,15 +438,31 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
   __syncthreads();
 
   if (count > SEL_CAND) {
-    /* 3. many ties: the exact k-th key T by binary search, then every key > T
-     * and the lowest-index keys == T in index order */
-    uint64_t lo = t, hi = 0x100000000ull; /* count(>= lo) >= k > count(>= hi) */
-    while (hi - lo > 1) {
-      const uint64_t mid = (lo + hi) / 2;
-      if (countGe(rowp, a.dtype, n, (uint32_t)mid) >= k) lo = mid;
-      else hi = mid;
+    /* 3. many ties: the exact k-th key T by radix selection (8-bit digits,
+     * from the top), then every key > T and the lowest-index keys == T in
+     * index order */
+    __shared__ int s_hist[256];
+    __shared__ uint32_t s_digit;
+    __shared__ int s_need;
+    uint32_t prefix = 0, mask = 0;
+    if (threadIdx.x == 0) s_need = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
+      __syncthreads();
+      RadixVisit rv{prefix, mask, shift, s_hist};
+      forEachElem(rowp, a.dtype, 0, n, rv);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int need = s_need, above = 0, d = 255;
+        for (; d > 0 && above + s_hist[d] < need; --d) above += s_hist[d];
+        s_digit = (uint32_t)d;
+        s_need = need - above;
+      }
+      __syncthreads();
+      prefix |= s_digit << shift;
+      mask |= 0xffu << shift;
     }
-    const uint32_t T = (uint32_t)lo;
+    const uint32_t T = prefix;
     if (threadIdx.x == 0) s_count = 0;
     __syncthreads();
     CollectGtVisit gt{T, a.col0, s_cand, &s_count};
@@ -537,19 +570,16 @@ __global__ void argmaxMergeKernel(dpsSelMergeArgs a) {
   const uint32_t flag = llFlag(e);
   const int parity = (int)(e & 1);
   const u64 t0 = globalTimer();
-  const bool lse = a.want_lse != 0;
   ArgState st;
-  st.best = packKI(orderKey(-INFINITY), 0u);
   for (int src = 0; src < a.tp; ++src) {
     uint32_t w[4];
     if (!fetchPair(a, src, row * 2, 4, flag, parity, t0, &w[0], &w[1]) ||
         !fetchPair(a, src, row * 2 + 1, 4, flag, parity, t0, &w[2], &w[3]))
       return;
-    argMerge(st, packKI(orderKey(__uint_as_float(w[0])), w[1]), __uint_as_float(w[2]),
-             __uint_as_float(w[3]), lse);
+    argMerge<true>(st, __uint_as_float(w[0]), w[1], __uint_as_float(w[2]), __uint_as_float(w[3]));
   }
-  a.out.index[row] = (int64_t)packedIdx(st.best);
-  if (a.out.value) storeValue(a.out.value, row, keyValue(packedKey(st.best)), a.dtype);
+  a.out.index[row] = (int64_t)st.i;
+  if (a.out.value) storeValue(a.out.value, row, st.v, a.dtype);
   if (a.out.lse) a.out.lse[row] = st.lse.value();
 }
 
@@ -615,8 +645,11 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) topkMergeKernel(dpsSelMergeA
 
 extern "C" cudaError_t dpsLaunchArgmaxLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
   const long long blocks = a->rows * (long long)a->chunks;
-  return dpsLaunch(argmaxLocalKernel, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream, a->pdl,
-                   *a);
+  if (a->want_lse)
+    return dpsLaunch(argmaxLocalKernel<true>, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream,
+                     a->pdl, *a);
+  return dpsLaunch(argmaxLocalKernel<false>, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream,
+                   a->pdl, *a);
 }
 
 extern "C" cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
@@ -636,7 +669,8 @@ extern "C" cudaError_t dpsLaunchTopkMerge(const dpsSelMergeArgs* a, cudaStream_t
 }
 
 extern "C" cudaError_t dpsPreloadSelectKernels(void) {
-  const void* const k[] = {(const void*)argmaxLocalKernel, (const void*)topkLocalKernel,
+  const void* const k[] = {(const void*)argmaxLocalKernel<true>,
+                           (const void*)argmaxLocalKernel<false>, (const void*)topkLocalKernel,
                            (const void*)argmaxMergeKernel, (const void*)topkMergeKernel};
-  return dpsPreload(k, 4);
+  return dpsPreload(k, 5);
 }

@@ -7,7 +7,8 @@ extern const DpOp dpOpSwap;
 extern const DpOp dpOpGather;
 extern const DpOp dpOpLogprobs;
 extern const DpOp dpOpArgmax;
+extern const DpOp dpOpArgmaxLse;
 extern const DpOp dpOpTopk;
 
-const DpOp* const dpOps[] = {&dpOpSwap, &dpOpGather, &dpOpLogprobs, &dpOpArgmax, &dpOpTopk};
+const DpOp* const dpOps[] = {&dpOpSwap, &dpOpGather, &dpOpLogprobs, &dpOpArgmax, &dpOpArgmaxLse, &dpOpTopk};
 const int dpNumOps = (int)(sizeof dpOps / sizeof dpOps[0]);

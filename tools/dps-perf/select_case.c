@@ -1,5 +1,7 @@
 /* The selection cases of dps-perf (argmax, top-k): see select_case.h.
- * A case PxNxV runs rows = P*N rows of this rank's [rows, V/tp] shard. */
+ * A case PxNxV runs rows = P*N rows of this rank's [rows, V/tp] shard. The
+ * inputs are the fixtures' logit values (thousands of distinct values per
+ * row, like real logits); the edge cases (ties, NaN, -inf) are the tests'. */
 #include "select_case.h"
 
 #include <math.h>
@@ -21,7 +23,7 @@ typedef struct {
 } HostIn;
 
 typedef struct {
-  int k;
+  int k;   /* 0 argmax, -1 argmax + logsumexp, else top-k */
   void* in_d;
   int64_t* idx_d;
   void* val_d;
@@ -91,7 +93,7 @@ int dpSelHostInit(const DpCase* c, int rank, int tp, void** out) {
       /* the full row as the dtype stores it (this rank's shard is a slice of it) */
       for (int64_t j = 0; j < c->vocab; ++j) {
         uint32_t t = 0;
-        fxStore(&t, 0, fxSelValue(r, j, c->vocab, vl, k + 1), c->dtype);
+        fxStore(&t, 0, fxLogitValue(r, j, k + 1, c->dtype), c->dtype);
         row[j] = fxLoad(&t, 0, c->dtype);
       }
       for (int64_t j = 0; j < vl; ++j)
@@ -121,7 +123,7 @@ int dpSelSetup(const DpCase* c, int tp, void** out, DpLocal* l, int k) {
   DP_TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
   DP_TRY_CUDA(l, cudaMalloc((void**)&b->idx_d, b->rows * per * 8), fail);
   DP_TRY_CUDA(l, cudaMalloc(&b->val_d, b->rows * per * b->es), fail);
-  if (k == 0) DP_TRY_CUDA(l, cudaMalloc((void**)&b->lse_d, b->rows * 4), fail);
+  if (k < 0) DP_TRY_CUDA(l, cudaMalloc((void**)&b->lse_d, b->rows * 4), fail);
   b->idx_h = (int64_t*)malloc(b->rows * per * 8);
   b->val_h = malloc(b->rows * per * b->es);
   b->lse_h = (float*)malloc(b->rows * 4);
@@ -164,7 +166,7 @@ fail:
 
 dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStream_t s) {
   Bufs* b = (Bufs*)p;
-  if (b->k == 0)
+  if (b->k <= 0)
     return dpsArgmax(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, c->vocab,
                      b->idx_d, b->val_d, b->lse_d, s);
   return dpsTopK(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, b->k, c->vocab,
@@ -181,16 +183,16 @@ long long dpSelCheck(const DpCase* c, void* p, int rank, int tp, int step, cudaS
   DP_TRY_CUDA(l, cudaMemcpy(b->idx_h, b->idx_d, b->rows * per * 8, cudaMemcpyDeviceToHost), fail);
   DP_TRY_CUDA(l, cudaMemcpy(b->val_h, b->val_d, b->rows * per * b->es, cudaMemcpyDeviceToHost),
               fail);
-  if (b->k == 0)
+  if (b->k < 0)
     DP_TRY_CUDA(l, cudaMemcpy(b->lse_h, b->lse_d, b->rows * 4, cudaMemcpyDeviceToHost), fail);
   long long wrong = 0;
   const HostIn* h = b->host;
   const int k = step - 1;
   for (size_t r = 0; r < b->rows; ++r) {
-    if (b->k == 0) {
+    if (b->k <= 0) {
       const double wl = h->want_lse[k][r];
       const float gv = fxLoad(b->val_h, r, c->dtype), gl = b->lse_h[r];
-      const int lok = (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
+      const int lok = b->k == 0 || (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
                       (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
       wrong += b->idx_h[r] != h->amax_idx[k][r] || !(gv == h->amax_val[k][r]) || !lok;
     } else {

@@ -1,6 +1,6 @@
 /* What op_argmax.c and op_topk.c share: the cases (rows x V shards), the
  * inputs (the fixtures' selection rows), the buffers and the reference
- * check. k == 0: argmax (with the logsumexp), else top-k. */
+ * check. k == 0: argmax, k == -1: argmax with the logsumexp, else top-k. */
 #ifndef DPS_PERF_SELECT_CASE_H_
 #define DPS_PERF_SELECT_CASE_H_
 
