@@ -60,14 +60,16 @@ for st in $stages; do
       # NCCL probes CUDA APIs that fail by design (cuMemCreate with fabric
       # handles, kernels not built for this arch): report kernel errors only.
       # SAN_TESTS entries are "[VAR=v[,VAR=v...]@]binary[:argument]".
-      # The virtual-rank test runs at tp=8 only (small shapes: DPS_TEST_SMALL),
-      # once per backend.
+      # The virtual-rank test runs at tp=8 only (small shapes: DPS_TEST_SMALL).
       san_default=""
       for b in $BUILD/tests/test_gpu_*; do
         [ "${b##*/}" = test_gpu_virtual_ranks ] || san_default="$san_default $b"
       done
       vr=$BUILD/tests/test_gpu_virtual_ranks
-      san_default="$san_default DPS_VR_BACKEND=nccl@$vr:tp=8 DPS_VR_BACKEND=onesided@$vr:tp=8"
+      # Not the onesided virtual ranks: their kernels poll for each other on
+      # one GPU, and compute-sanitizer does not run them concurrently (seen:
+      # memcheck 0 errors, but every onesided case ends in its timeout).
+      san_default="$san_default DPS_VR_BACKEND=nccl@$vr:tp=8"
       for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
         (
           lrc=0; start=$SECONDS

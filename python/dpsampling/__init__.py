@@ -503,7 +503,7 @@ class DpSamplingComm(_C.Comm):
             out_value = torch.empty(max(rows, 0), dtype=local_logits.dtype, device=dev)
         if return_logsumexp and out_lse is None:
             out_lse = torch.empty(max(rows, 0), dtype=torch.float32, device=dev)
-        self._select(local_logits, 0, _limit_arg(vocab_limit), out_index, out_value,
+        self._select(local_logits, -1, _limit_arg(vocab_limit), out_index, out_value,
                      out_lse if return_logsumexp else None)
         if return_logsumexp:
             return out_index, out_value, out_lse

@@ -545,8 +545,9 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   return v;
 }
 
-/* _select(logits, k, vocab_limit, index, value, lse): dpsArgmax (k == 0) or
- * dpsTopK into the caller's tensors (the Python methods make them). */
+/* _select(logits, k, vocab_limit, index, value, lse): dpsArgmax (k < 0) or
+ * dpsTopK (k >= 0: the library checks k) into the caller's tensors (the
+ * Python methods make them). */
 static int select_out(PyObject* t, const char* name, PyObject* want_dt, const char* want_name,
                       int device, int64_t rows, int k, void** ptr) {
   *ptr = NULL;
@@ -554,11 +555,11 @@ static int select_out(PyObject* t, const char* name, PyObject* want_dt, const ch
   if (expect_dtype(t, name, want_dt, want_name) != 0) return -1;
   TArg a;
   if (tensor_arg(t, name, device, -1, 1, &a) != 0) return -1;
-  const int64_t elems = rows * (k > 0 ? k : 1);
+  const int64_t elems = rows * (k >= 0 ? k : 1);
   const int64_t esize = want_dt == t_i64 ? 8 : want_dt == t_f32 ? 4 : 2;
   if (a.nbytes != elems * esize) {
     PyErr_Format(PyExc_ValueError, "%s must hold %lld elements ([%lld%s]), got %lld bytes", name,
-                 (long long)elems, (long long)rows, k > 0 ? ", k" : "", (long long)a.nbytes);
+                 (long long)elems, (long long)rows, k >= 0 ? ", k" : "", (long long)a.nbytes);
     return -1;
   }
   *ptr = a.ptr;
@@ -589,11 +590,11 @@ static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, lo
     return NULL;
   }
   void *pi, *pv, *pl;
-  const int bad = select_out(oi, k > 0 ? "out_indices" : "out_index", t_i64, "torch.int64",
+  const int bad = select_out(oi, k >= 0 ? "out_indices" : "out_index", t_i64, "torch.int64",
                              self->device, a.shape[0], k, &pi) ||
-                  select_out(ov, k > 0 ? "out_values" : "out_value", dt, dname, self->device,
+                  select_out(ov, k >= 0 ? "out_values" : "out_value", dt, dname, self->device,
                              a.shape[0], k, &pv) ||
-                  select_out(ol, "out_lse", t_f32, "torch.float32", self->device, a.shape[0], 0,
+                  select_out(ol, "out_lse", t_f32, "torch.float32", self->device, a.shape[0], -1,
                              &pl);
   Py_DECREF(dt);
   if (bad) return NULL;
@@ -604,7 +605,7 @@ static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, lo
   const int64_t vlimit = limit > 0 ? (int64_t)limit : self->vocab;
   dpsResult_t r;
   PyThreadState* ts = op_gil_drop(self);
-  if (k == 0)
+  if (k < 0)
     r = dpsArgmax(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, (int64_t*)pi, pv,
                   (float*)pl, (struct CUstream_st*)stream);
   else
@@ -621,7 +622,7 @@ static PyObject* comm_select(CommObject* self, PyObject* args) {
   long long limit;
   if (!PyArg_ParseTuple(args, "OiLOOO:_select", &x, &k, &limit, &oi, &ov, &ol)) return NULL;
   Handle* h;
-  if (comm_enter(self, k > 0 ? "topk" : "argmax", &h) != 0) return NULL;
+  if (comm_enter(self, k >= 0 ? "topk" : "argmax", &h) != 0) return NULL;
   PyObject* v = select_body(self, h, x, k, limit, oi, ov, ol);
   comm_leave(self, h);
   return v;
@@ -777,7 +778,7 @@ static PyGetSetDef comm_getset[] = {
 
 static PyMethodDef comm_methods[] = {
     {"_select", (PyCFunction)comm_select, METH_VARARGS,
-     "_select(local_logits, k, vocab_limit, index, value, lse): argmax (k=0) or top-k into the "
+     "_select(local_logits, k, vocab_limit, index, value, lse): argmax (k<0) or top-k into the "
      "given tensors (None: not wanted; vocab_limit <= 0: the vocab size)"},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
