@@ -65,6 +65,14 @@ extern "C" {
 #define DPS_VERSION_PATCH 0
 #define DPS_VERSION_CODE (DPS_VERSION_MAJOR * 10000 + DPS_VERSION_MINOR * 100 + DPS_VERSION_PATCH)
 
+/* The library's exported functions; everything else in libdpsampling.so is
+ * hidden (built with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define DPS_API __attribute__((visibility("default")))
+#else
+#define DPS_API
+#endif
+
 struct CUstream_st; /* cudaStream_t */
 struct ncclComm;    /* ncclComm_t   */
 
@@ -136,21 +144,21 @@ typedef struct {
 /* Errors and versions                                                        */
 
 /* Name of a status code, e.g. "dpsInvalidArgument". Never NULL. */
-const char* dpsGetErrorString(dpsResult_t result);
+DPS_API const char* dpsGetErrorString(dpsResult_t result);
 
 /* Message of the most recent failing call on this thread ("" if none). The
  * string is owned by the library and valid until the next call on this
  * thread. */
-const char* dpsGetLastError(void);
+DPS_API const char* dpsGetLastError(void);
 
 /* DPS_VERSION_CODE of the library actually loaded. */
-dpsResult_t dpsGetVersion(int* version);
+DPS_API dpsResult_t dpsGetVersion(int* version);
 
 /* Names: "auto", "nccl", "onesided"; "fp32", "bf16", "fp16", "unset". */
-const char* dpsBackendName(dpsBackend_t backend);
-const char* dpsDataTypeName(dpsDataType_t dtype);
+DPS_API const char* dpsBackendName(dpsBackend_t backend);
+DPS_API const char* dpsDataTypeName(dpsDataType_t dtype);
 /* Bytes per element: 4, 2, 2; 0 for dpsDtypeUnset or an invalid value. */
-size_t dpsDataTypeSize(dpsDataType_t dtype);
+DPS_API size_t dpsDataTypeSize(dpsDataType_t dtype);
 
 /* ------------------------------------------------------------------------- */
 /* Configuration checks and backend resolution (host only, no GPU needed)     */
@@ -159,7 +167,7 @@ size_t dpsDataTypeSize(dpsDataType_t dtype);
  * 0 <= rank < tp_size, max_pad_bs >= 1 and divisible by tp_size, N >= 1,
  * vocab_size >= 1 and divisible by tp_size, valid dtype/backend, sizes whose
  * byte counts fit in 64 bits). Does not touch the GPU. */
-dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
+DPS_API dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
 
 /* Resolves a requested backend against the environment and the availability
  * of the one-sided transport, exactly as creation does:
@@ -171,17 +179,17 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
  *  - onesided when !onesided_available -> dpsUnavailable, with a message that
  *    says how to fall back (request auto or nccl, or set DPSAMPLING_BACKEND).
  * Writes *resolved only on success. */
-dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
+DPS_API dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
                               dpsBackend_t* resolved);
 
 /* Parses "auto" | "nccl" | "onesided" (exact, lower case). */
-dpsResult_t dpsParseBackend(const char* name, dpsBackend_t* backend);
+DPS_API dpsResult_t dpsParseBackend(const char* name, dpsBackend_t* backend);
 
 /* Whether the one-sided transport can run between the given local CUDA
  * devices: every pair has peer access (NVLink load/store). Writes 0 when no
  * GPU is present. This is a quick local check; creation decides with NCCL's
  * LSA team, which is authoritative. */
-dpsResult_t dpsOnesidedAvailableOnDevices(const int* cuda_devices, int count, int* available);
+DPS_API dpsResult_t dpsOnesidedAvailableOnDevices(const int* cuda_devices, int count, int* available);
 
 /* ------------------------------------------------------------------------- */
 /* Bootstrap                                                                  */
@@ -193,7 +201,7 @@ typedef struct {
   char internal[128];
 } dpsUniqueId;
 
-dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
+DPS_API dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
 
 /* Collective over the group: every rank calls it with the same id, its own
  * config->rank, and the same tp_size, max_pad_bs, num_tokens_per_req,
@@ -208,7 +216,7 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
  * the backend, loads its kernels and allocates every persistent buffer (those
  * that depend on the logits dtype only if it is known). Blocks the host until
  * the group has joined. */
-dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
+DPS_API dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
                             const dpsConfig_t* config);
 
 /* Like dpsCommInitRank over an NCCL communicator the caller owns. It must
@@ -216,7 +224,7 @@ dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* unique_id,
  * rank) on cuda_device. The communicator is borrowed: dpsampling never
  * destroys it; the caller keeps it alive until after dpsCommClose. The
  * onesided backend registers a symmetric window on it (collective). */
-dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
+DPS_API dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
                                 const dpsConfig_t* config);
 
 /* Teardown comes in two steps, so that an engine can close a communicator
@@ -256,10 +264,10 @@ dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl_comm,
  * dpsCommDestroy = dpsCommClose + dpsCommRelease + dpsReleasePending: the
  *   one call for C engines that hold no views of the outputs. NULL is a
  *   no-op; a refused close releases nothing. */
-dpsResult_t dpsCommClose(dpsComm_t comm);
-dpsResult_t dpsCommRelease(dpsComm_t comm);
-dpsResult_t dpsReleasePending(int* still_pending);
-dpsResult_t dpsCommDestroy(dpsComm_t comm);
+DPS_API dpsResult_t dpsCommClose(dpsComm_t comm);
+DPS_API dpsResult_t dpsCommRelease(dpsComm_t comm);
+DPS_API dpsResult_t dpsReleasePending(int* still_pending);
+DPS_API dpsResult_t dpsCommDestroy(dpsComm_t comm);
 
 /* ------------------------------------------------------------------------- */
 /* Queries                                                                    */
@@ -275,7 +283,7 @@ typedef struct {
   int timeout_ms;                 /* effective one-sided timeout */
 } dpsCommInfo_t;
 
-dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
+DPS_API dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
 
 /* Asynchronous error state, in the style of ncclCommGetAsyncError: does not
  * synchronize. *async_error is dpsSuccess, or dpsTimeout once a one-sided
@@ -285,7 +293,7 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
  * create a new one. Unlike the other calls, this one may run on another
  * thread (a watchdog) while an operation runs on the communicator, but not
  * concurrently with dpsCommClose or dpsCommRelease. */
-dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
+DPS_API dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* Whether the next operation call (swap, gather, prepare) on this
  * communicator may block the host thread: *may_block is 1 while the
@@ -297,7 +305,7 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
  * it otherwise, so that another rank's thread of the same process can reach
  * the collective. The answer holds until the next call on the communicator;
  * it works after dpsCommClose too. */
-dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
+DPS_API dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
 
 /* ------------------------------------------------------------------------- */
 /* Operations                                                                 */
@@ -310,7 +318,7 @@ dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
  * keeps its dtype. Ranks must fix the same dtype: the onesided backend checks
  * it here (all ranks get dpsInvalidUsage on a mismatch); the nccl backend
  * does not need to (it exchanges raw bytes). */
-dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
+DPS_API dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
 
 /* swap_batch_vocab.
  * local_logits: device pointer, row-major contiguous [rows, cols] of `dtype`
@@ -323,7 +331,7 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype);
  * If the communicator's dtype is unset, the first swap fixes it (and
  * allocates, which must happen outside graph capture); a later swap with a
  * different dtype is dpsInvalidUsage. */
-dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* local_logits, int64_t rows,
+DPS_API dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* local_logits, int64_t rows,
                               int64_t cols, dpsDataType_t dtype, int pad_bs, void** output,
                               struct CUstream_st* stream);
 
@@ -333,14 +341,14 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* local_logits, int64_t 
  * Outputs (persistent): predict_out, accept_index_out int32 [pad_bs, N];
  *   accept_length_out int32 [pad_bs]. Row r from rank src lands at
  *   src*reqs + r. */
-dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
+DPS_API dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
                                    const int32_t* accept_index, const int32_t* accept_length,
                                    int64_t reqs, int64_t n, int pad_bs, int32_t** predict_out,
                                    int32_t** accept_index_out, int32_t** accept_length_out,
                                    struct CUstream_st* stream);
 
 /* gather_verify_logprobs: fp32 [reqs, n] -> persistent fp32 [pad_bs, N]. */
-dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64_t reqs,
+DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64_t reqs,
                                     int64_t n, int pad_bs, float** output,
                                     struct CUstream_st* stream);
 
@@ -371,10 +379,10 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
  * dpsTopK: the k (1 <= k <= config max_topk, k <= vocab_limit) best of every
  *   row, best first: values [rows, k] of dtype (NULL: not wanted), indices
  *   int64 [rows, k] (required). */
-dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+DPS_API dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                       dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
                       float* lse, struct CUstream_st* stream);
-dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                     dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,
                     int64_t* indices, struct CUstream_st* stream);
 
@@ -401,7 +409,7 @@ typedef struct {
 
 /* Installs `table` (copied; NULL restores NCCL). A NULL function pointer in
  * the table means "use NCCL for this one". Not a collective. */
-dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
+DPS_API dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
 
 /* The default collectives themselves, over any NCCL communicator (e.g. for a
  * binding that offers them to an engine as its collectives object). Both are
@@ -412,9 +420,9 @@ dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table)
  * == 0 is a no-op that succeeds. nccl_comm must not be NULL, nor sendbuf and
  * recvbuf when bytes > 0 (dpsInvalidArgument, naming the argument); an NCCL
  * failure is dpsNcclError naming the NCCL call. */
-dpsResult_t dpsNcclAllGatherBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
+DPS_API dpsResult_t dpsNcclAllGatherBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
                                   size_t bytes, struct CUstream_st* stream);
-dpsResult_t dpsNcclAllToAllBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
+DPS_API dpsResult_t dpsNcclAllToAllBytes(struct ncclComm* nccl_comm, const void* sendbuf, void* recvbuf,
                                  size_t bytes, struct CUstream_st* stream);
 
 #ifdef __cplusplus

@@ -67,7 +67,7 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* id) {
 
 /* The effective one-sided timeout: config, else DPSAMPLING_TIMEOUT_MS (a
  * whole number of milliseconds, digits only), else the default. */
-static dpsResult_t resolveTimeoutMs(const dpsConfig_t* config, int* ms) {
+dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
   if (config->timeout_ms > 0) {
     *ms = config->timeout_ms;
     return dpsSuccess;
@@ -170,7 +170,7 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r) {
 
 /* A communicator that never became usable (creation failed): every rank
  * failed together, so nothing collective is owed; free it at once. */
-static void freeComm(dpsComm_t comm) {
+void dpsCommFreeUnused(dpsComm_t comm) {
   if (comm == NULL) return;
   if (comm->detached) {
     if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
@@ -180,7 +180,7 @@ static void freeComm(dpsComm_t comm) {
   dpsCommFreeNow(comm);
 }
 
-static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
+dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
   comm->dtype = dtype;
   dpsResult_t r = comm->ops->prepare(comm);
   if (r != dpsSuccess) {
@@ -209,7 +209,7 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   /* Local checks record their failure in `local` instead of returning: the
    * agreement exchange below must still happen on every rank. */
   dpsResult_t res = dpsSuccess;
-  dpsResult_t local = resolveTimeoutMs(config, &comm->timeout_ms);
+  dpsResult_t local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
   if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
 
   int count = 0, urank = 0;
@@ -240,7 +240,7 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   res = comm->ops->init(comm);
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {
-    res = prepareDtype(comm, config->logits_dtype);
+    res = dpsCommPrepareDtype(comm, config->logits_dtype);
     if (res != dpsSuccess) goto fail;
   }
   dpsLog(DPS_LOG_INFO,
@@ -253,7 +253,7 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   *out = comm;
   return dpsSuccess;
 fail:
-  freeComm(comm);
+  dpsCommFreeUnused(comm);
   return res;
 }
 
@@ -329,34 +329,6 @@ dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dp
   return res;
 }
 
-dpsResult_t dpsCommCreateDetached(dpsComm_t* out, const dpsConfig_t* config, dpsBackend_t backend,
-                                  const dpsBackendOps* ops) {
-  if (out == NULL || ops == NULL)
-    return dpsSetError(dpsInvalidArgument, "dpsCommCreateDetached: %s is NULL", out ? "ops" : "comm");
-  DPS_CHECK(dpsConfigCheck(config));
-  dpsComm_t comm = (dpsComm_t)calloc(1, sizeof *comm);
-  if (comm == NULL) return dpsSetError(dpsSystemError, "out of host memory");
-  comm->config = *config;
-  comm->backend = backend;
-  comm->dtype = dpsDtypeUnset;
-  comm->device = config->cuda_device < 0 ? 0 : config->cuda_device;
-  comm->detached = 1;
-  comm->ops = ops;
-  dpsResult_t r = resolveTimeoutMs(config, &comm->timeout_ms);
-  if (r != dpsSuccess) {
-    free(comm);
-    return r;
-  }
-  r = ops->init ? ops->init(comm) : dpsSuccess;
-  if (r == dpsSuccess && config->logits_dtype != dpsDtypeUnset)
-    r = prepareDtype(comm, config->logits_dtype);
-  if (r != dpsSuccess) {
-    freeComm(comm);
-    return r;
-  }
-  *out = comm;
-  return dpsSuccess;
-}
 
 /* ---- queries ------------------------------------------------------------- */
 dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
@@ -515,7 +487,7 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, "prepare_verify_outputs", NULL, &x));
-  dpsResult_t r = prepareDtype(comm, dtype);
+  dpsResult_t r = dpsCommPrepareDtype(comm, dtype);
   if (!comm->detached) dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
   return r;
 }
@@ -559,7 +531,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                       "dpsCommPrepare(%s) or run one swap before capturing a CUDA graph",
                       op, dpsDataTypeName(dtype));
     else
-      r = prepareDtype(comm, dtype);
+      r = dpsCommPrepareDtype(comm, dtype);
   }
   if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
   dpsOpLeave(comm, &x, r);

@@ -149,7 +149,7 @@ struct dpsComm {
 
   ncclComm_t nccl;
   int owns_nccl;
-  int detached;           /* made by dpsCommCreateDetached: no NCCL, no device */
+  int detached;           /* tests' detached communicator: no NCCL, no device state */
 
   dpsCollectives_t coll;  /* NULL members: NCCL */
 
@@ -229,12 +229,12 @@ dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op);
 /* The communicator's error, making an asynchronous one sticky. */
 dpsResult_t dpsCommHealth(dpsComm_t comm);
 
-/* For CPU tests and fuzzing of the argument checks: a communicator with the
- * given resolved backend and ops, no NCCL communicator and no device state.
- * Operations that pass their checks call `ops`; dpsCommDestroy calls
- * ops->destroy only. */
-dpsResult_t dpsCommCreateDetached(dpsComm_t* comm, const dpsConfig_t* config, dpsBackend_t backend,
-                                  const dpsBackendOps* ops);
+/* Creation's steps that the test support's detached communicator reuses
+ * (core/comm.c): the effective timeout, fixing the dtype (backend prepare),
+ * and freeing a communicator that never became usable. */
+dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
+dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype);
+void dpsCommFreeUnused(dpsComm_t comm);
 
 /* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
 dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,

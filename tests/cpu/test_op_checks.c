@@ -12,6 +12,7 @@
 
 #include "fixtures.h"
 #include "internal.h"
+#include "testsupport.h"
 
 static struct {
   int init, prepare, swap, gather, logprobs, destroy;

@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "testsupport.h"
 
 /* ---- assertions ------------------------------------------------------------ */
 #define CHECK(cond, ...)                                                                  \

@@ -69,6 +69,7 @@
 #include "gpu_common.h"
 #include "select_common.h"
 #include "internal.h"
+#include "testsupport.h"
 #include "backends/onesided_plan.h"
 #include "backends/select_plan.h"
 #include "kernels/onesided_kernels.h"
