@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "registry.h"
 #include "kernels/nccl_kernels.h"
 #include "select_plan.h"
 

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "registry.h"
 #include "kernels/onesided_kernels.h"
 #include "kernels/onesided_setup.h"
 #include "onesided_plan.h"

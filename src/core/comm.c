@@ -224,19 +224,21 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
                       count, urank, config->tp_size, config->rank);
     goto fail;
   }
-  int reachable = dpsOnesidedReachable(nccl);
+  /* auto resolves to onesided when its probe says the group can run it */
+  const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
+  const int reachable = os != NULL && os->available(nccl);
   comm->backend = (dpsBackend_t)-1;
   if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
-  if (local == dpsSuccess) {
-    const dpsBackendOps* ops =
-        comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;
-    if (ops->preload) local = ops->preload();
-  }
+  const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
+  if (local == dpsSuccess && be == NULL)
+    local = dpsSetError(dpsInternalError, "backend %s has no implementation",
+                        dpsBackendName(comm->backend));
+  if (local == dpsSuccess && be->ops->preload) local = be->ops->preload();
   if (local == dpsSuccess) local = dpsTeardownInit(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
 
-  comm->ops = comm->backend == dpsBackendOnesided ? &dpsOnesidedBackendOps : &dpsNcclBackendOps;
+  comm->ops = be->ops;
   res = comm->ops->init(comm);
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {

@@ -127,11 +127,17 @@ typedef struct dpsBackendOps {
   dpsResult_t (*select)(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream);
 } dpsBackendOps;
 
-extern const dpsBackendOps dpsNcclBackendOps;
-extern const dpsBackendOps dpsOnesidedBackendOps;
+/* The registry (backends/registry.c): one entry per resolved backend. */
+typedef struct {
+  dpsBackend_t id;
+  const char* name;
+  /* Whether the backend can run on the group of nccl_comm (local probe). */
+  int (*available)(ncclComm_t nccl_comm);
+  const dpsBackendOps* ops;
+} dpsBackendEntry;
+/* The entry of a resolved backend (dpsBackendNccl, dpsBackendOnesided), or NULL. */
+const dpsBackendEntry* dpsBackendLookup(dpsBackend_t id);
 
-/* Whether every rank of nccl_comm is in its LSA (load/store) team. */
-int dpsOnesidedReachable(ncclComm_t nccl_comm);
 
 /* ---- the communicator ---------------------------------------------------- */
 #define DPS_MAX_CAPTURES 8 /* streams remembered as capturing this communicator's work */

@@ -72,6 +72,7 @@
 #include "testsupport.h"
 #include "backends/onesided_plan.h"
 #include "backends/select_plan.h"
+#include "backends/registry.h"
 #include "kernels/onesided_kernels.h"
 
 cudaError_t vrLaunchSpin(unsigned long long ns, cudaStream_t stream); /* vr_spin.cu */
