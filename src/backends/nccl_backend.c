@@ -167,12 +167,10 @@ static dpsResult_t nbPrepare(dpsComm_t comm) {
   return dpsSuccess;
 }
 
-static dpsResult_t nbSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream) {
+static dpsResult_t nbSwap(dpsComm_t comm, const dpsShape* shape, const void* in,
+                          cudaStream_t stream) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  const dpsShape s =
-      dpsMakeShape(comm->config.tp_size, comm->config.rank, pad_bs,
-                   comm->config.num_tokens_per_req, comm->config.vocab_size,
-                   dpsDataTypeSize(comm->dtype));
+  const dpsShape s = *shape;
   const int64_t rows = dpsSwapRowsPerRank(s);
   const size_t chunk = dpsSwapChunkBytes(s);
   const char* src = (const char*)in;
@@ -192,24 +190,8 @@ static dpsResult_t nbSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream
     e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, NULL, -1, s.tp, rows, s.v_local,
                              s.esize, stream);
   } else {
-    if (s.tp > 1 && chunk > 0) {
-      DPS_NCCL_CHECK(ncclGroupStart());
-      for (int peer = 0; peer < s.tp; ++peer) {
-        ncclResult_t ne;
-        if (peer == s.rank) continue;
-        ne = ncclSend(src + (size_t)peer * chunk, chunk, ncclInt8, peer, comm->nccl, stream);
-        if (ne == ncclSuccess)
-          ne = ncclRecv(stage + (size_t)peer * chunk, chunk, ncclInt8, peer, comm->nccl,
-                        stream);
-        if (ne != ncclSuccess) {
-          (void)ncclGroupEnd();
-          return dpsSetError(dpsNcclError,
-                             "nccl backend: swap ncclSend/ncclRecv with peer=%d failed: %s",
-                             peer, ncclGetErrorString(ne));
-        }
-      }
-      DPS_NCCL_CHECK(ncclGroupEnd());
-    }
+    /* the own chunk never goes through NCCL: the permute copies it */
+    if (s.tp > 1) DPS_CHECK(dpsNcclAllToAllSkip(comm->nccl, in, stage, chunk, s.rank, stream));
     e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, src + (size_t)s.rank * chunk, s.rank,
                              s.tp, rows, s.v_local, s.esize, stream);
   }
@@ -232,14 +214,12 @@ static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv
   return dpsNcclAllGather((void*)comm->nccl, send, recv, bytes, stream);
 }
 
-static dpsResult_t nbGatherOutputs(dpsComm_t comm, const int32_t* predict,
-                                     const int32_t* accept_index, const int32_t* accept_length,
-                                     int pad_bs, cudaStream_t stream) {
+static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int32_t* predict,
+                                   const int32_t* accept_index, const int32_t* accept_length,
+                                   cudaStream_t stream) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  const int tp = comm->config.tp_size;
-  const int n = comm->config.num_tokens_per_req;
-  const int reqs = pad_bs / tp;
-  const size_t bytes = (size_t)dpsVerifyPackedElems(reqs, n) * sizeof(int32_t);
+  const int tp = sh->tp, n = sh->n, reqs = sh->reqs;
+  const size_t bytes = (size_t)sh->packed * sizeof(int32_t);
   cudaError_t e;
 
   if (st == NULL) return dpsSetError(dpsInternalError, "nccl backend: gather before init");
@@ -256,10 +236,9 @@ static dpsResult_t nbGatherOutputs(dpsComm_t comm, const int32_t* predict,
   return dpsSuccess;
 }
 
-static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
-                                      cudaStream_t stream) {
-  const int reqs = pad_bs / comm->config.tp_size;
-  const size_t bytes = (size_t)reqs * (size_t)comm->config.num_tokens_per_req * sizeof(float);
+static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const float* in,
+                                   cudaStream_t stream) {
+  const size_t bytes = (size_t)sh->rows_per_rank * sizeof(float);
   if (comm->logprobs_out == NULL)
     return dpsSetError(dpsInternalError, "nccl backend: gather before init");
   /* [tp][reqs, N] of the gather is exactly [pad_bs, N] with row src*reqs + r. */

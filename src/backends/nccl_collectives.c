@@ -14,29 +14,34 @@ dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size
   return dpsSuccess;
 }
 
-dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
-                            cudaStream_t stream) {
-  ncclComm_t nccl = (ncclComm_t)ctx;
+dpsResult_t dpsNcclAllToAllSkip(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
+                                int skip_rank, cudaStream_t stream) {
   int nranks = 0;
   if (nccl == NULL)
-    return dpsSetError(dpsInvalidArgument, "dpsNcclAllToAll: ctx=NULL (no NCCL communicator)");
+    return dpsSetError(dpsInvalidArgument, "all_to_all: no NCCL communicator (ctx=NULL)");
   if (bytes == 0) return dpsSuccess;
   DPS_NCCL_CHECK(ncclCommCount(nccl, &nranks));
   const char* s = (const char*)sendbuf;
   char* r = (char*)recvbuf;
   DPS_NCCL_CHECK(ncclGroupStart());
   for (int peer = 0; peer < nranks; ++peer) {
+    if (peer == skip_rank) continue;
     ncclResult_t e = ncclSend(s + (size_t)peer * bytes, bytes, ncclInt8, peer, nccl, stream);
     if (e == ncclSuccess)
       e = ncclRecv(r + (size_t)peer * bytes, bytes, ncclInt8, peer, nccl, stream);
     if (e != ncclSuccess) {
       (void)ncclGroupEnd();
-      return dpsSetError(dpsNcclError, "dpsNcclAllToAll: ncclSend/ncclRecv with peer=%d failed: %s",
+      return dpsSetError(dpsNcclError, "all_to_all: ncclSend/ncclRecv with peer=%d failed: %s",
                          peer, ncclGetErrorString(e));
     }
   }
   DPS_NCCL_CHECK(ncclGroupEnd());
   return dpsSuccess;
+}
+
+dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+                            cudaStream_t stream) {
+  return dpsNcclAllToAllSkip((ncclComm_t)ctx, sendbuf, recvbuf, bytes, -1, stream);
 }
 
 /* The public entry points (dpsampling.h): the same two functions, with the

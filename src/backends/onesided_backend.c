@@ -618,13 +618,14 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
 
 /* The core checked the arguments (alignment to the element size included)
  * and the communicator's health (osAsyncError) before any operation. */
-static dpsResult_t osSwap(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream) {
+static dpsResult_t osSwap(dpsComm_t comm, const dpsShape* sh, const void* in,
+                          cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   if (!st->prepared)
     return dpsSetError(dpsInternalError, "onesided swap: the swap buffers were not prepared");
   dpsOsSwapArgs a;
   dpsOsSwapPlan p;
-  dpsOsPlanSwap(&st->lay, &st->common, &st->va, &st->vb, in, pad_bs, &a, &p);
+  dpsOsPlanSwap(&st->lay, &st->common, &st->va, &st->vb, in, sh, &a, &p);
   cudaError_t ce = dpsOsLaunchSwap(&a, p.path, p.width, p.grid, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided swap: kernel launch (%s, %d B, grid %d) failed: %s",
@@ -641,22 +642,21 @@ static dpsResult_t launchGather(const OsState* st, const dpsOsGatherArgs* a, int
   return dpsSuccess;
 }
 
-static dpsResult_t osGatherOutputs(dpsComm_t comm, const int32_t* predict,
+static dpsResult_t osGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int32_t* predict,
                                    const int32_t* accept_index, const int32_t* accept_length,
-                                   int pad_bs, cudaStream_t stream) {
+                                   cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   dpsOsGatherArgs a;
   const int grid = dpsOsPlanGatherOutputs(&st->lay, &st->common, &st->va, &st->out, predict,
-                                          accept_index, accept_length, pad_bs, &a);
+                                          accept_index, accept_length, sh, &a);
   return launchGather(st, &a, grid, stream);
 }
 
-static dpsResult_t osGatherLogprobs(dpsComm_t comm, const float* in, int pad_bs,
+static dpsResult_t osGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const float* in,
                                     cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   dpsOsGatherArgs a;
-  const int grid = dpsOsPlanGatherLogprobs(&st->lay, &st->common, &st->va, &st->out, in, pad_bs,
-                                           &a);
+  const int grid = dpsOsPlanGatherLogprobs(&st->lay, &st->common, &st->va, &st->out, in, sh, &a);
   return launchGather(st, &a, grid, stream);
 }
 

@@ -91,8 +91,8 @@ dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDe
 }
 
 void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                   const dpsOsWindows* b, const void* in, int pad_bs, dpsOsSwapArgs* args,
-                   dpsOsSwapPlan* plan) {
+                   const dpsOsWindows* b, const void* in, const dpsShape* sh,
+                   dpsOsSwapArgs* args, dpsOsSwapPlan* plan) {
   const uintptr_t addr = (uintptr_t)in;
   memset(args, 0, sizeof *args);
   args->c = *c;
@@ -105,10 +105,9 @@ void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindow
     args->flags_peer.p[r] = a->peer[r];
     args->ll_peer.p[r] = b->peer[r] + L->off_swll;
   }
-  const int reqs = pad_bs / L->tp;
-  args->rows = (long long)reqs * L->n;
-  args->row_bytes = (long long)(L->vocab / L->tp) * (long long)L->esize;
-  args->out_row_bytes = (long long)L->vocab * (long long)L->esize;
+  args->rows = sh->rows_per_rank;
+  args->row_bytes = sh->v_local * (long long)sh->esize;
+  args->out_row_bytes = sh->vocab * (long long)sh->esize;
   args->ll_cap = L->cap_sw;
   args->max_blocks = L->maxb;
   const uint64_t S = (uint64_t)args->rows * (uint64_t)args->row_bytes; /* per-peer chunk */
@@ -147,9 +146,8 @@ static int planGather(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWin
 
 int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
                            const dpsOsOutputs* out, const int32_t* predict,
-                           const int32_t* accept_index, const int32_t* accept_length, int pad_bs,
-                           dpsOsGatherArgs* args) {
-  const long long reqs = pad_bs / L->tp;
+                           const int32_t* accept_index, const int32_t* accept_length,
+                           const dpsShape* sh, dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
   args->op = DPS_OS_OP_GATHER_OUTPUTS;
   args->nseg = 3;
@@ -159,16 +157,15 @@ int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dps
   args->out[0] = (uint32_t*)out->predict;
   args->out[1] = (uint32_t*)out->accept_index;
   args->out[2] = (uint32_t*)out->accept_length;
-  args->count[0] = reqs * L->n;
-  args->count[1] = reqs * L->n;
-  args->count[2] = reqs;
+  args->count[0] = sh->rows_per_rank;
+  args->count[1] = sh->rows_per_rank;
+  args->count[2] = sh->reqs;
   return planGather(L, c, a, L->off_gout, L->cap_out, args);
 }
 
 int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                            const dpsOsOutputs* out, const float* in, int pad_bs,
+                            const dpsOsOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args) {
-  const long long reqs = pad_bs / L->tp;
   memset(args, 0, sizeof *args);
   args->op = DPS_OS_OP_GATHER_LOGPROBS;
   args->nseg = 1;
@@ -176,7 +173,7 @@ int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dp
    * segment selects never form a pointer from NULL */
   args->in[0] = args->in[1] = args->in[2] = (const uint32_t*)in;
   args->out[0] = args->out[1] = args->out[2] = (uint32_t*)out->logprobs;
-  args->count[0] = reqs * L->n;
+  args->count[0] = sh->rows_per_rank;
   return planGather(L, c, a, L->off_glp, L->cap_lp, args);
 }
 

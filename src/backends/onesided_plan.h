@@ -35,6 +35,7 @@
 
 #include "dpsampling.h"
 #include "kernels/onesided_kernels.h"
+#include "layout.h" /* dpsShape */
 #include "kernels/select_kernels.h"
 
 #ifdef __cplusplus
@@ -107,21 +108,22 @@ typedef struct {
   int path, width, grid;
 } dpsOsSwapPlan;
 
-/* Fills the swap kernel's arguments and plan for input `in` and pad_bs (the
- * core checked both). a: window A (flags), b: window B (output, staging). */
+/* Fills the swap kernel's arguments and plan for input `in` and the call's
+ * shape (the core checked both). a: window A (flags), b: window B (output,
+ * staging). */
 void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                   const dpsOsWindows* b, const void* in, int pad_bs, dpsOsSwapArgs* args,
-                   dpsOsSwapPlan* plan);
+                   const dpsOsWindows* b, const void* in, const dpsShape* sh,
+                   dpsOsSwapArgs* args, dpsOsSwapPlan* plan);
 
 /* Fill a gather's arguments; return its grid (launch with L->gproto and
  * L->gthreads). The grid depends only on the capacity (max_pad_bs), never
- * on this call's pad_bs. */
+ * on this call's shape. */
 int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
                            const dpsOsOutputs* out, const int32_t* predict,
-                           const int32_t* accept_index, const int32_t* accept_length, int pad_bs,
-                           dpsOsGatherArgs* args);
+                           const int32_t* accept_index, const int32_t* accept_length,
+                           const dpsShape* sh, dpsOsGatherArgs* args);
 int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                            const dpsOsOutputs* out, const float* in, int pad_bs,
+                            const dpsOsOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args);
 
 /* dpsCommClose's health exchange: one more logprobs-gather call (the same

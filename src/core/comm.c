@@ -394,6 +394,12 @@ dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table)
 }
 
 /* ---- operations ---------------------------------------------------------- */
+/* The one place a call's shape is derived (after the checks). */
+static dpsShape callShape(dpsComm_t comm, int pad_bs, size_t esize) {
+  return dpsMakeShape(comm->config.tp_size, comm->config.rank, pad_bs,
+                      comm->config.num_tokens_per_req, comm->config.vocab_size, esize);
+}
+
 static dpsResult_t checkPadBs(dpsComm_t comm, const char* op, int pad_bs) {
   const int tp = comm->config.tp_size;
   if (pad_bs < 1 || pad_bs > comm->config.max_pad_bs || pad_bs % tp != 0)
@@ -504,8 +510,8 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
     return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
                        dpsDataTypeName(dtype), (int)dtype);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
-  const int64_t want_rows = (int64_t)pad_bs * comm->config.num_tokens_per_req;
-  const int64_t want_cols = comm->config.vocab_size / comm->config.tp_size;
+  const dpsShape sh = callShape(comm, pad_bs, dpsDataTypeSize(dtype));
+  const int64_t want_rows = sh.rows, want_cols = sh.v_local;
   if (rows != want_rows || cols != want_cols)
     return dpsSetError(dpsInvalidArgument,
                        "%s: local_logits is [%" PRId64 ", %" PRId64 "], expected [pad_bs*N, V/tp] = "
@@ -535,7 +541,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
     else
       r = dpsCommPrepareDtype(comm, dtype);
   }
-  if (r == dpsSuccess) r = comm->ops->swap(comm, in, pad_bs, stream);
+  if (r == dpsSuccess) r = comm->ops->swap(comm, &sh, in, stream);
   dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->swap_out;
   return r;
@@ -543,7 +549,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
 
 static dpsResult_t checkVerifyShape(dpsComm_t comm, const char* op, const char* what, int64_t reqs,
                                     int64_t n, int pad_bs) {
-  const int64_t want_reqs = pad_bs / comm->config.tp_size;
+  const int64_t want_reqs = callShape(comm, pad_bs, sizeof(int32_t)).reqs;
   if (reqs != want_reqs || n != comm->config.num_tokens_per_req)
     return dpsSetError(dpsInvalidArgument,
                        "%s: %s is [%" PRId64 ", %" PRId64 "], expected [pad_bs/tp, N] = [%d/%d, %d] "
@@ -577,8 +583,8 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r =
-      comm->ops->gather_outputs(comm, predict, accept_index, accept_length, pad_bs, stream);
+  const dpsShape sh = callShape(comm, pad_bs, sizeof(int32_t));
+  dpsResult_t r = comm->ops->gather_outputs(comm, &sh, predict, accept_index, accept_length, stream);
   dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) {
     *predict_out = comm->predict_out;
@@ -603,7 +609,8 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r = comm->ops->gather_logprobs(comm, logprobs, pad_bs, stream);
+  const dpsShape sh = callShape(comm, pad_bs, sizeof(float));
+  dpsResult_t r = comm->ops->gather_logprobs(comm, &sh, logprobs, stream);
   dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) *output = comm->logprobs_out;
   return r;

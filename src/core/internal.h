@@ -99,11 +99,12 @@ typedef struct dpsBackendOps {
    * output) and set comm->swap_out. Collective. */
   dpsResult_t (*prepare)(dpsComm_t comm);
   /* Arguments are validated by the core before these are called. */
-  dpsResult_t (*swap)(dpsComm_t comm, const void* in, int pad_bs, cudaStream_t stream);
-  dpsResult_t (*gather_outputs)(dpsComm_t comm, const int32_t* predict,
+  /* `s`: the call's shape (core/layout.h), checked and derived by the core. */
+  dpsResult_t (*swap)(dpsComm_t comm, const dpsShape* s, const void* in, cudaStream_t stream);
+  dpsResult_t (*gather_outputs)(dpsComm_t comm, const dpsShape* s, const int32_t* predict,
                                 const int32_t* accept_index, const int32_t* accept_length,
-                                int pad_bs, cudaStream_t stream);
-  dpsResult_t (*gather_logprobs)(dpsComm_t comm, const float* in, int pad_bs,
+                                cudaStream_t stream);
+  dpsResult_t (*gather_logprobs)(dpsComm_t comm, const dpsShape* s, const float* in,
                                  cudaStream_t stream);
   /* Non-blocking: dpsSuccess or the asynchronous error (message set). May be NULL. */
   dpsResult_t (*async_error)(dpsComm_t comm);
@@ -245,6 +246,10 @@ void dpsCommFreeUnused(dpsComm_t comm);
 /* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
 dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
                              cudaStream_t stream);
+/* The one send/recv loop of the tree: the all-to-all, without the exchange
+ * with `skip_rank` (-1: none; the swap copies its own chunk locally). */
+dpsResult_t dpsNcclAllToAllSkip(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
+                                int skip_rank, cudaStream_t stream);
 dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
                             cudaStream_t stream);
 

@@ -12,7 +12,8 @@
 #define DPS_HD static inline
 #endif
 
-/* Shape of one call. All counts are in elements unless named *_bytes. */
+/* Shape of one call, built once by the core after its checks and passed to
+ * the backend, which derives nothing itself. Counts are in elements. */
 typedef struct {
   int tp, rank;
   int pad_bs;        /* padded batch of this call */
@@ -20,7 +21,10 @@ typedef struct {
   int64_t vocab;     /* V */
   int64_t v_local;   /* V / tp */
   int reqs;          /* pad_bs / tp: requests owned per rank */
-  size_t esize;      /* logits element size in bytes */
+  size_t esize;      /* logits element size in bytes (4 for the verify gathers) */
+  int64_t rows;      /* pad_bs * n: rows of the swap input */
+  int64_t rows_per_rank; /* reqs * n: rows one rank owns (swap output, verify [reqs, n]) */
+  int64_t packed;    /* reqs * (2n + 1): a rank's packed verify outputs (int32) */
 } dpsShape;
 
 DPS_HD dpsShape dpsMakeShape(int tp, int rank, int pad_bs, int n, int64_t vocab, size_t esize) {
@@ -33,6 +37,9 @@ DPS_HD dpsShape dpsMakeShape(int tp, int rank, int pad_bs, int n, int64_t vocab,
   s.v_local = vocab / tp;
   s.reqs = pad_bs / tp;
   s.esize = esize;
+  s.rows = (int64_t)pad_bs * n;
+  s.rows_per_rank = (int64_t)s.reqs * n;
+  s.packed = (int64_t)s.reqs * (2 * (int64_t)n + 1);
   return s;
 }
 

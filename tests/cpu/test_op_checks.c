@@ -43,18 +43,18 @@ static dpsResult_t opResult(int* counter, int pad_bs) {
   rec.fail_with = dpsSuccess;
   return r == dpsSuccess ? dpsSuccess : dpsSetError(r, "fake backend failure");
 }
-static dpsResult_t fSwap(dpsComm_t c, const void* in, int pad_bs, cudaStream_t s) {
+static dpsResult_t fSwap(dpsComm_t c, const dpsShape* sh, const void* in, cudaStream_t s) {
   (void)c, (void)in, (void)s;
-  return opResult(&rec.swap, pad_bs);
+  return opResult(&rec.swap, sh->pad_bs);
 }
-static dpsResult_t fGather(dpsComm_t c, const int32_t* p, const int32_t* ai, const int32_t* al,
-                           int pad_bs, cudaStream_t s) {
+static dpsResult_t fGather(dpsComm_t c, const dpsShape* sh, const int32_t* p, const int32_t* ai,
+                           const int32_t* al, cudaStream_t s) {
   (void)c, (void)p, (void)ai, (void)al, (void)s;
-  return opResult(&rec.gather, pad_bs);
+  return opResult(&rec.gather, sh->pad_bs);
 }
-static dpsResult_t fLogprobs(dpsComm_t c, const float* in, int pad_bs, cudaStream_t s) {
+static dpsResult_t fLogprobs(dpsComm_t c, const dpsShape* sh, const float* in, cudaStream_t s) {
   (void)c, (void)in, (void)s;
-  return opResult(&rec.logprobs, pad_bs);
+  return opResult(&rec.logprobs, sh->pad_bs);
 }
 static dpsResult_t fAsync(dpsComm_t c) {
   (void)c;

@@ -407,7 +407,19 @@ static dpsResult_t opResult(void) {
   rec.fail_op = dpsSuccess;
   return f == dpsSuccess ? f : dpsSetError(f, "fake operation failure");
 }
-static dpsResult_t fSwap(dpsComm_t c, const void* in, int pad_bs, cudaStream_t s) {
+/* The core's shape: derived from pad_bs and the config, exactly. */
+static void checkShape(dpsComm_t c, const dpsShape* sh, size_t esize) {
+  const dpsShape w = dpsMakeShape(c->config.tp_size, c->config.rank, sh->pad_bs,
+                                  c->config.num_tokens_per_req, c->config.vocab_size, esize);
+  CHECK(sh->tp == w.tp && sh->rank == w.rank && sh->n == w.n && sh->vocab == w.vocab &&
+            sh->v_local == w.v_local && sh->reqs == w.reqs && sh->esize == w.esize &&
+            sh->rows == w.rows && sh->rows_per_rank == w.rows_per_rank && sh->packed == w.packed,
+        "the backend got a shape the config does not give (pad_bs=%d)", sh->pad_bs);
+}
+
+static dpsResult_t fSwap(dpsComm_t c, const dpsShape* sh, const void* in, cudaStream_t s) {
+  const int pad_bs = sh->pad_bs;
+  checkShape(c, sh, dpsDataTypeSize(c->dtype));
   rec.swap++;
   checkPadBsRules(c, pad_bs);
   CHECK(in == rec.in && in != NULL && s == rec.stream, "swap got other pointers/stream");
@@ -427,8 +439,10 @@ static void checkVerifyShape(dpsComm_t c, int pad_bs) {
         "gather reached with [%" PRId64 ", %" PRId64 "], pad_bs=%d tp=%d N=%d", rec.reqs, rec.n,
         pad_bs, c->config.tp_size, c->config.num_tokens_per_req);
 }
-static dpsResult_t fGather(dpsComm_t c, const int32_t* p, const int32_t* ai, const int32_t* al,
-                           int pad_bs, cudaStream_t s) {
+static dpsResult_t fGather(dpsComm_t c, const dpsShape* sh, const int32_t* p, const int32_t* ai,
+                           const int32_t* al, cudaStream_t s) {
+  const int pad_bs = sh->pad_bs;
+  checkShape(c, sh, sizeof(int32_t));
   rec.gather++;
   checkPadBsRules(c, pad_bs);
   checkVerifyShape(c, pad_bs);
@@ -436,7 +450,9 @@ static dpsResult_t fGather(dpsComm_t c, const int32_t* p, const int32_t* ai, con
         "gather_outputs got other pointers/stream");
   return opResult();
 }
-static dpsResult_t fLogprobs(dpsComm_t c, const float* in, int pad_bs, cudaStream_t s) {
+static dpsResult_t fLogprobs(dpsComm_t c, const dpsShape* sh, const float* in, cudaStream_t s) {
+  const int pad_bs = sh->pad_bs;
+  checkShape(c, sh, sizeof(float));
   rec.logprobs++;
   checkPadBsRules(c, pad_bs);
   checkVerifyShape(c, pad_bs);

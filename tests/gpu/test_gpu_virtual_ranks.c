@@ -536,7 +536,8 @@ static int vrSwap(VrGroup* g, int rank, const void* in, int pad_bs, void** out) 
   }
   dpsOsSwapArgs a;
   dpsOsSwapPlan p;
-  dpsOsPlanSwap(&r->os.L, &r->os.common, &r->os.wa, &r->os.wb, in, pad_bs, &a, &p);
+  const dpsShape sh = dpsMakeShape(g->tp, rank, pad_bs, g->cfg.n, g->vocab, g->esize);
+  dpsOsPlanSwap(&r->os.L, &r->os.common, &r->os.wa, &r->os.wb, in, &sh, &a, &p);
   r->paths_seen |= 1 << p.path;
   r->widths_seen |= (unsigned)p.width;
   FX_CHECK(p.grid >= 1 && p.grid <= r->os.L.maxb, "swap grid %d, cap %d", p.grid, r->os.L.maxb);
@@ -554,8 +555,9 @@ static int vrGatherOutputs(VrGroup* g, int rank, int set, int pad_bs, int32_t** 
     return 0;
   }
   dpsOsGatherArgs a;
+  const dpsShape sh = dpsMakeShape(g->tp, rank, pad_bs, g->cfg.n, g->vocab, sizeof(int32_t));
   const int grid = dpsOsPlanGatherOutputs(&r->os.L, &r->os.common, &r->os.wa, &r->os.out,
-                                          r->p[set], r->ai[set], r->al[set], pad_bs, &a);
+                                          r->p[set], r->ai[set], r->al[set], &sh, &a);
   FX_CHECK(grid >= 1 && grid <= r->os.L.maxb, "gather grid %d, cap %d", grid, r->os.L.maxb);
   GT_CUDA(dpsOsLaunchGather(&a, r->os.L.gproto, grid, r->os.L.gthreads, r->s));
   *po = r->os.out.predict;
@@ -572,8 +574,9 @@ static int vrGatherLogprobs(VrGroup* g, int rank, int set, int pad_bs, float** l
     return 0;
   }
   dpsOsGatherArgs a;
+  const dpsShape sh = dpsMakeShape(g->tp, rank, pad_bs, g->cfg.n, g->vocab, sizeof(float));
   const int grid =
-      dpsOsPlanGatherLogprobs(&r->os.L, &r->os.common, &r->os.wa, &r->os.out, r->lp[set], pad_bs, &a);
+      dpsOsPlanGatherLogprobs(&r->os.L, &r->os.common, &r->os.wa, &r->os.out, r->lp[set], &sh, &a);
   FX_CHECK(grid >= 1 && grid <= r->os.L.maxb, "gather grid %d, cap %d", grid, r->os.L.maxb);
   GT_CUDA(dpsOsLaunchGather(&a, r->os.L.gproto, grid, r->os.L.gthreads, r->s));
   *lpo = r->os.out.logprobs;
