@@ -45,10 +45,7 @@ static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const
 
 static void nbDestroy(dpsComm_t comm) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  nbFree(comm, (void**)&comm->predict_out);
-  nbFree(comm, (void**)&comm->accept_index_out);
-  nbFree(comm, (void**)&comm->accept_length_out);
-  nbFree(comm, (void**)&comm->logprobs_out);
+  dpsFreeVerifyOutputs(comm);
   nbFree(comm, &comm->swap_out);
   if (st != NULL) {
     nbFree(comm, (void**)&st->pack_send);
@@ -67,13 +64,11 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   const uint64_t n = (uint64_t)comm->config.num_tokens_per_req;
   const uint64_t max_bs = (uint64_t)comm->config.max_pad_bs;
   const uint64_t max_reqs = max_bs / (uint64_t)tp;
-  size_t b_out = 0, b_len = 0, b_send = 0, b_recv = 0;
+  size_t b_send = 0, b_recv = 0;
   dpsResult_t r;
   dpsNcclState* st;
 
   if (comm->backend_state != NULL) return dpsSuccess; /* already initialized */
-  DPS_CHECK(bytesOf(max_bs, n, 4, 1, "verify outputs", &b_out));
-  DPS_CHECK(bytesOf(max_bs, 4, 1, 1, "accept_length output", &b_len));
   DPS_CHECK(bytesOf(max_reqs, 2 * n + 1, 4, 1, "verify pack buffer", &b_send));
   DPS_CHECK(bytesOf(max_reqs, 2 * n + 1, 4, (uint64_t)tp, "verify gather buffer", &b_recv));
 
@@ -81,11 +76,7 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   if (st == NULL) return dpsSetError(dpsSystemError, "nccl backend: out of host memory");
   comm->backend_state = st;
 
-  if ((r = nbAlloc(comm, (void**)&comm->predict_out, b_out, "predict_out")) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&comm->accept_index_out, b_out, "accept_index_out")) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&comm->accept_length_out, b_len, "accept_length_out")) !=
-          dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&comm->logprobs_out, b_out, "logprobs_out")) != dpsSuccess ||
+  if ((r = dpsAllocVerifyOutputs(comm)) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
     nbDestroy(comm);

@@ -74,7 +74,7 @@ typedef struct {
   dpsOsWindows vb; /* window B's addresses for the plans (once prepared) */
   int prepared;
 
-  void* outputs; /* verify outputs + the close exchange's words, one allocation */
+  void* outputs; /* the close exchange's words */
   dpsOsOutputs out; /* inside `outputs` */
   void* sel_scratch; /* argmax local pass (select_plan.h) */
   dpsOsDevState* dstate;
@@ -278,14 +278,13 @@ static void osDestroy(dpsComm_t comm) {
   windowFree(&st->b);
   windowFree(&st->a);
   dpsDeviceFree(comm, &st->outputs);
+  dpsFreeVerifyOutputs(comm);
   dpsDeviceFree(comm, &st->sel_scratch);
   dpsDeviceFree(comm, (void**)&st->dstate);
   if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
   comm->backend_state = NULL;
   comm->swap_out = NULL;
-  comm->predict_out = comm->accept_index_out = comm->accept_length_out = NULL;
-  comm->logprobs_out = NULL;
 }
 
 static uint64_t envLLBytes(void) {
@@ -469,15 +468,12 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
 
   /* verify outputs (plain device memory) and window A */
   DPS_CHECK(dpsOsLayoutInit(L));
-  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->out_bytes, "the onesided verify outputs"));
+  DPS_CHECK(dpsAllocVerifyOutputs(comm));
+  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->sel_scratch,
                            dpsSelScratchBytes((int64_t)cfg->max_pad_bs * cfg->num_tokens_per_req),
                            "the selection scratch"));
-  st->out = dpsOsOutputsAt(L, st->outputs);
-  comm->predict_out = st->out.predict;
-  comm->accept_index_out = st->out.accept_index;
-  comm->logprobs_out = st->out.logprobs;
-  comm->accept_length_out = st->out.accept_length;
+  st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
   st->off_fail = L->off_fail;
   return windowAlloc(&st->a, L->bytes_a, "flag/staging");
 }

@@ -16,15 +16,8 @@ static int clampGrid(uint64_t want, int cap) {
 
 dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->max_reqs = L->max_pad_bs / L->tp;
-  /* verify outputs (plain device memory) */
-  uint64_t rowsN = 0, tmp = 0;
-  if (!dpsMulOk((uint64_t)L->max_pad_bs, (uint64_t)L->n, &rowsN) || !dpsMulOk(rowsN, 4, &tmp))
-    return dpsSetError(dpsInvalidArgument, "onesided: max_pad_bs*N overflows");
-  L->out_seg = planRoundUp((size_t)rowsN * 4, 256);
-  L->out_segl = planRoundUp((size_t)L->max_pad_bs * 4, 256);
-  /* then the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
-  L->out_bytes = 3 * L->out_seg + L->out_segl +
-                 planRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
+  /* the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
+  L->close_bytes = planRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
 
   /* window A */
   const int64_t lineVals =
@@ -63,14 +56,15 @@ dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize) {
   return dpsSuccess;
 }
 
-dpsOsOutputs dpsOsOutputsAt(const dpsOsLayout* L, void* base) {
-  char* o = (char*)base;
+dpsOsOutputs dpsOsOutputsOf(const dpsOsLayout* L, void* verify, void* close) {
+  const dpsVerifyOutLayout o = dpsVerifyOutputsLayout(L->max_pad_bs, L->n);
+  char* b = (char*)verify;
   dpsOsOutputs r;
-  r.predict = (int32_t*)o;
-  r.accept_index = (int32_t*)(o + L->out_seg);
-  r.logprobs = (float*)(o + 2 * L->out_seg);
-  r.accept_length = (int32_t*)(o + 3 * L->out_seg);
-  r.close_in = (uint32_t*)(o + 3 * L->out_seg + L->out_segl);
+  r.predict = (int32_t*)b;
+  r.accept_index = (int32_t*)(b + o.seg);
+  r.logprobs = (float*)(b + 2 * o.seg);
+  r.accept_length = (int32_t*)(b + 3 * o.seg);
+  r.close_in = (uint32_t*)close;
   r.close_out = r.close_in + 1;
   return r;
 }

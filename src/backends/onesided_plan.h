@@ -21,11 +21,9 @@
  *  window B (prepare, once the dtype is fixed), symmetric:
  *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
  *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
- *  verify outputs (plain device memory, one allocation of out_bytes):
- *    predict [max_pad_bs*N] | accept_index [max_pad_bs*N] |
- *    logprobs [max_pad_bs*N] | accept_length [max_pad_bs] | the close
- *    exchange's words (1 + DPS_OS_MAX_RANKS u32), each segment rounded up to
- *    256 bytes.
+ *  verify outputs: the core's (dpsAllocVerifyOutputs, layout.h), plain
+ *    device memory; the close exchange's words in an allocation of
+ *    close_bytes.
  */
 #ifndef DPS_ONESIDED_PLAN_H_
 #define DPS_ONESIDED_PLAN_H_
@@ -59,8 +57,7 @@ typedef struct {
   int max_topk;      /* top-k capacity (config) */
   /* derived by dpsOsLayoutInit */
   int max_reqs;                /* max_pad_bs / tp */
-  size_t out_seg, out_segl;    /* verify output segments (see above) */
-  size_t out_bytes;
+  size_t close_bytes;          /* the close exchange's words */
   int64_t cap_out, cap_lp;     /* gather staging lines per (parity, src) */
   size_t off_fail, off_gout, off_glp;
   int64_t cap_am, cap_tk;      /* argmax / top-k staging lines per (parity, src) */
@@ -88,7 +85,9 @@ typedef struct {
   char* peer[DPS_OS_MAX_RANKS];
 } dpsOsWindows;
 
-/* The verify outputs inside their allocation `base` (out_bytes). */
+/* The verify outputs inside their allocation `verify` (core/layout.h's
+ * dpsVerifyOutputsLayout, the core's dpsAllocVerifyOutputs), and the close
+ * exchange's words at `close` (close_bytes). */
 typedef struct {
   int32_t* predict;
   int32_t* accept_index;
@@ -97,7 +96,7 @@ typedef struct {
   uint32_t* close_in;  /* this rank's health word for the close exchange (0 = healthy) */
   uint32_t* close_out; /* [tp] every rank's health word, after the close exchange */
 } dpsOsOutputs;
-dpsOsOutputs dpsOsOutputsAt(const dpsOsLayout* L, void* base);
+dpsOsOutputs dpsOsOutputsOf(const dpsOsLayout* L, void* verify, void* close);
 
 /* The kernels' common arguments, fixed once window A exists. */
 dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,

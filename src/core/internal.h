@@ -163,7 +163,9 @@ struct dpsComm {
   const dpsBackendOps* ops;
   void* backend_state;
 
-  /* Persistent outputs, set by the backend (init / prepare). */
+  /* Persistent outputs: the verify outputs from dpsAllocVerifyOutputs (one
+   * allocation, verify_mem), swap_out from the backend's prepare. */
+  void* verify_mem;
   void* swap_out;               /* [max_pad_bs/tp*N, V] of dtype */
   int32_t* predict_out;         /* [max_pad_bs, N] */
   int32_t* accept_index_out;    /* [max_pad_bs, N] */
@@ -211,6 +213,11 @@ dpsResult_t dpsTeardownInit(dpsComm_t comm);
 dpsResult_t dpsDeviceAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what);
 /* Stream-ordered free on comm->aux; NULL is a no-op; sets *p to NULL. */
 void dpsDeviceFree(dpsComm_t comm, void** p);
+/* The verify outputs every backend needs (predict_out, accept_index_out,
+ * accept_length_out, logprobs_out): one allocation (layout.h), made by the
+ * backend's init through this, freed by dpsFreeVerifyOutputs. */
+dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
+void dpsFreeVerifyOutputs(dpsComm_t comm);
 /* Called by every operation after its backend call succeeded: records
  * work_done (uncaptured) or remembers the capture (captured). */
 void dpsNoteWork(dpsComm_t comm, cudaStream_t stream, int capturing, unsigned long long capture_id);

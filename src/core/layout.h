@@ -62,6 +62,24 @@ DPS_HD int64_t dpsVerifyPackedElems(int reqs, int n) {
   return (int64_t)reqs * (2 * (int64_t)n + 1); /* no int overflow for any valid N */
 }
 
+/* The persistent verify outputs, one device allocation per communicator
+ * (every backend's): predict | accept_index | logprobs, [max_pad_bs*N] each,
+ * then accept_length [max_pad_bs], each segment 256-byte aligned. The
+ * config checks keep max_pad_bs*N*V*8 in 63 bits, so nothing overflows. */
+typedef struct {
+  size_t seg;   /* bytes of a [max_pad_bs*N] segment */
+  size_t segl;  /* bytes of the accept_length segment */
+  size_t bytes; /* the allocation */
+} dpsVerifyOutLayout;
+
+DPS_HD dpsVerifyOutLayout dpsVerifyOutputsLayout(int64_t max_pad_bs, int64_t n) {
+  dpsVerifyOutLayout o;
+  o.seg = ((size_t)max_pad_bs * (size_t)n * 4u + 255u) / 256u * 256u;
+  o.segl = ((size_t)max_pad_bs * 4u + 255u) / 256u * 256u;
+  o.bytes = 3u * o.seg + o.segl;
+  return o;
+}
+
 /* Overflow-checked product of non-negative sizes; returns 0 on overflow. */
 DPS_HD int dpsMulOk(uint64_t a, uint64_t b, uint64_t* out) {
   if (a != 0 && b > UINT64_MAX / a) return 0;

@@ -471,8 +471,9 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
       GT_CUDA(cudaMemset(o->a_mem, 0, L->bytes_a));
       GT_CUDA(cudaMalloc(&o->b_mem, L->bytes_b));
       GT_CUDA(cudaMemset(o->b_mem, 0, L->bytes_b));
-      GT_CUDA(cudaMalloc(&o->out_mem, L->out_bytes));
-      GT_CUDA(cudaMemset(o->out_mem, 0, L->out_bytes));
+      const dpsVerifyOutLayout vo = dpsVerifyOutputsLayout(L->max_pad_bs, L->n);
+      GT_CUDA(cudaMalloc(&o->out_mem, vo.bytes + L->close_bytes));
+      GT_CUDA(cudaMemset(o->out_mem, 0, vo.bytes + L->close_bytes));
       GT_CUDA(cudaMalloc((void**)&o->dstate, sizeof(dpsOsDevState)));
       GT_CUDA(cudaMemset(o->dstate, 0, sizeof(dpsOsDevState)));
       void* h = NULL;
@@ -480,7 +481,7 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
       memset(h, 0, 64);
       o->herr = (volatile unsigned long long*)h;
       GT_CUDA(cudaHostGetDevicePointer((void**)&o->herr_dev, h, 0));
-      o->out = dpsOsOutputsAt(L, o->out_mem);
+      o->out = dpsOsOutputsOf(L, o->out_mem, (char*)o->out_mem + vo.bytes);
       const size_t sb = dpsSelScratchBytes((int64_t)g->max_pad_bs * cfg->n);
       GT_CUDA(cudaMalloc(&o->sel_scratch, sb));
       GT_CUDA(cudaMemset(o->sel_scratch, 0, sb));
