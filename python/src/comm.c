@@ -367,12 +367,13 @@ static PyObject* swap_view(CommObject* self, Handle* h, void* out, int pad_bs, d
   return view_cache_put(&self->views[V_SWAP], pad_bs, v);
 }
 
-static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
-  if (torch_load() != 0) return NULL;
+/* local_logits' torch dtype (new reference) and its code; TypeError (NULL)
+ * for a dtype the library does not take. */
+static PyObject* logits_dtype(PyObject* x, dpsDataType_t* code) {
   PyObject* dt = tensor_dtype(x, "local_logits");
   if (dt == NULL) return NULL;
-  dpsDataType_t code = dt == t_f32 ? dpsFloat32 : dt == t_bf16 ? dpsBfloat16 : dt == t_f16 ? dpsFloat16 : dpsDtypeUnset;
-  if (code == dpsDtypeUnset) {
+  *code = dt == t_f32 ? dpsFloat32 : dt == t_bf16 ? dpsBfloat16 : dt == t_f16 ? dpsFloat16 : dpsDtypeUnset;
+  if (*code == dpsDtypeUnset) {
     PyErr_Format(PyExc_TypeError,
                  "local_logits dtype %R is not supported; expected torch.float32, torch.bfloat16 "
                  "or torch.float16",
@@ -380,6 +381,14 @@ static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* p
     Py_DECREF(dt);
     return NULL;
   }
+  return dt;
+}
+
+static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
+  if (torch_load() != 0) return NULL;
+  dpsDataType_t code;
+  PyObject* dt = logits_dtype(x, &code);
+  if (dt == NULL) return NULL;
   Py_DECREF(dt);
   TArg a;
   if (tensor_arg(x, "local_logits", self->device, 2, 0, &a) != 0) return NULL;
@@ -569,21 +578,12 @@ static int select_out(PyObject* t, const char* name, PyObject* want_dt, const ch
 static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, long long limit,
                              PyObject* oi, PyObject* ov, PyObject* ol) {
   if (torch_load() != 0) return NULL;
-  PyObject* dt = tensor_dtype(x, "local_logits");
+  dpsDataType_t code;
+  PyObject* dt = logits_dtype(x, &code);
   if (dt == NULL) return NULL;
-  const dpsDataType_t code = dt == t_f32    ? dpsFloat32
-                             : dt == t_bf16 ? dpsBfloat16
-                             : dt == t_f16  ? dpsFloat16
-                                            : dpsDtypeUnset;
-  const char* dname = code == dpsFloat32 ? "torch.float32" : code == dpsBfloat16 ? "torch.bfloat16" : "torch.float16";
-  if (code == dpsDtypeUnset) {
-    PyErr_Format(PyExc_TypeError,
-                 "local_logits dtype %R is not supported; expected torch.float32, torch.bfloat16 "
-                 "or torch.float16",
-                 dt);
-    Py_DECREF(dt);
-    return NULL;
-  }
+  const char* dname = code == dpsFloat32    ? "torch.float32"
+                      : code == dpsBfloat16 ? "torch.bfloat16"
+                                            : "torch.float16";
   TArg a;
   if (tensor_arg(x, "local_logits", self->device, 2, 0, &a) != 0) {
     Py_DECREF(dt);

@@ -348,6 +348,9 @@ struct MaxVisit {
     m = k > m ? k : m;
   }
 };
+/* Collects the elements whose key is >= t (STRICT: > t) into cand, at most
+ * SEL_CAND of them (*count keeps counting past that). */
+template <bool STRICT>
 struct CollectVisit {
   uint32_t t;
   long long col0;
@@ -355,20 +358,10 @@ struct CollectVisit {
   int* count;
   __device__ __forceinline__ void operator()(long long j, float v) {
     const uint32_t k = orderKey(v);
-    if (k >= t) {
+    if (STRICT ? k > t : k >= t) {
       const int slot = atomicAdd(count, 1);
       if (slot < SEL_CAND) cand[slot] = packKI(k, (uint32_t)(col0 + j));
     }
-  }
-};
-struct CollectGtVisit {
-  uint32_t t;
-  long long col0;
-  u64* cand;
-  int* count;
-  __device__ __forceinline__ void operator()(long long j, float v) {
-    const uint32_t k = orderKey(v);
-    if (k > t) cand[atomicAdd(count, 1)] = packKI(k, (uint32_t)(col0 + j));
   }
 };
 
@@ -430,7 +423,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
   const uint32_t t = s_thresh; /* >= k elements have key >= t (KEY_NONE: all of them) */
 
   /* 2. collect the elements >= t */
-  CollectVisit col{t, a.col0, s_cand, &s_count};
+  CollectVisit<false> col{t, a.col0, s_cand, &s_count};
   forEachElem(rowp, a.dtype, 0, n, col);
   dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
   __syncthreads();
@@ -465,7 +458,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
     const uint32_t T = prefix;
     if (threadIdx.x == 0) s_count = 0;
     __syncthreads();
-    CollectGtVisit gt{T, a.col0, s_cand, &s_count};
+    CollectVisit<true> gt{T, a.col0, s_cand, &s_count};
     forEachElem(rowp, a.dtype, 0, n, gt);
     __syncthreads();
     int have = s_count; /* < k */

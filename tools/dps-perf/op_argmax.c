@@ -1,45 +1,17 @@
-/* dps-perf operations: dpsArgmax, and argmax_lse with the logsumexp. Each rank reads its
- * [rows, V/tp] shard once and exchanges 16 bytes per row; bytes = the
- * shard's bytes, the efficiency is against the HBM read peak. Shapes: the
- * PxNxV items of -s (rows = P*N), default 8x64640 and {64,256,1024}x76032. */
+/* dps-perf operations: dpsArgmax, and argmax_lse with the logsumexp. Each
+ * rank reads its [rows, V/tp] shard once and exchanges 16 bytes per row;
+ * bytes = the shard's bytes, the efficiency is against the HBM read peak.
+ * Shapes: the PxNxV items of -s (rows = P*N), default 8x64640 and
+ * {64,256,1024}x76032. */
 #include "select_case.h"
 
 static int setup(const DpCase* c, int tp, void** bufs, DpLocal* l) {
   return dpSelSetup(c, tp, bufs, l, 0);
 }
 
-const DpOp dpOpArgmax = {
-    .name = "argmax",
-    .aliases = NULL,
-    .add_cases = dpSelAddCases,
-    .valid = dpSelValid,
-    .bytes = dpSelBytes,
-    .host_init = dpSelHostInit,
-    .host_free = dpSelHostFree,
-    .setup = setup,
-    .fill = dpSelFill,
-    .run = dpSelRun,
-    .check = dpSelCheck,
-    .teardown = dpSelTeardown,
-    .hbm = 1,
-};
-
 static int setupLse(const DpCase* c, int tp, void** bufs, DpLocal* l) {
   return dpSelSetup(c, tp, bufs, l, -1);
 }
 
-const DpOp dpOpArgmaxLse = {
-    .name = "argmax_lse",
-    .aliases = NULL,
-    .add_cases = dpSelAddCases,
-    .valid = dpSelValid,
-    .bytes = dpSelBytes,
-    .host_init = dpSelHostInit,
-    .host_free = dpSelHostFree,
-    .setup = setupLse,
-    .fill = dpSelFill,
-    .run = dpSelRun,
-    .check = dpSelCheck,
-    .teardown = dpSelTeardown,
-    .hbm = 1,
-};
+const DpOp dpOpArgmax = DP_SELECT_OP("argmax", setup);
+const DpOp dpOpArgmaxLse = DP_SELECT_OP("argmax_lse", setupLse);

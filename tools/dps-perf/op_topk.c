@@ -8,18 +8,4 @@ static int setup(const DpCase* c, int tp, void** bufs, DpLocal* l) {
   return dpSelSetup(c, tp, bufs, l, DP_TOPK_K);
 }
 
-const DpOp dpOpTopk = {
-    .name = "topk",
-    .aliases = NULL,
-    .add_cases = dpSelAddCases,
-    .valid = dpSelValid,
-    .bytes = dpSelBytes,
-    .host_init = dpSelHostInit,
-    .host_free = dpSelHostFree,
-    .setup = setup,
-    .fill = dpSelFill,
-    .run = dpSelRun,
-    .check = dpSelCheck,
-    .teardown = dpSelTeardown,
-    .hbm = 1,
-};
+const DpOp dpOpTopk = DP_SELECT_OP("topk", setup);

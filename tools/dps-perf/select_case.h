@@ -21,4 +21,13 @@ long long dpSelCheck(const DpCase* c, void* bufs, int rank, int tp, int step, cu
                      DpLocal* l);
 void dpSelTeardown(void* bufs);
 
+/* The descriptor of a selection operation (op_argmax.c, op_topk.c). */
+#define DP_SELECT_OP(NAME, SETUP)                                                       \
+  {                                                                                     \
+    .name = NAME, .aliases = NULL, .add_cases = dpSelAddCases, .valid = dpSelValid,     \
+    .bytes = dpSelBytes, .host_init = dpSelHostInit, .host_free = dpSelHostFree,        \
+    .setup = SETUP, .fill = dpSelFill, .run = dpSelRun, .check = dpSelCheck,            \
+    .teardown = dpSelTeardown, .hbm = 1,                                                \
+  }
+
 #endif /* DPS_PERF_SELECT_CASE_H_ */
