@@ -84,9 +84,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   }
   /* argmax / top-k */
   size_t b_sel_send = 0, b_sel_recv = 0;
-  const int words = dpsSelWords(comm->config.max_topk) > DPS_ARGMAX_WORDS
-                        ? dpsSelWords(comm->config.max_topk)
-                        : DPS_ARGMAX_WORDS;
+  const int topk_words = dpsSelWords(comm->config.max_topk);
+  const int words = topk_words > DPS_ARGMAX_WORDS ? topk_words : DPS_ARGMAX_WORDS;
   st->sel_rows = (int64_t)(max_bs * n);
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, 1, "selection candidates", &b_sel_send));
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
@@ -114,8 +113,7 @@ static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   const int tp = comm->config.tp_size;
   const int64_t cols = comm->config.vocab_size / tp;
   dpsSelLocalArgs a;
-  dpsSelPlanLocal(call, tp, comm->config.rank, cols, st->sms, st->sel_scratch, st->sel_rows, 0,
-                  &a);
+  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, st->sel_scratch, st->sel_rows, 0, &a);
   if (tp == 1) return dpsSelLaunchLocal(&a, call->k, stream);
   a.sink = DPS_SEL_SINK_PLAIN;
   a.cand = st->sel_send;

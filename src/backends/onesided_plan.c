@@ -186,8 +186,7 @@ void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWind
                      const dpsSelectCall* call, void* scratch, int sms, int pdl,
                      dpsSelLocalArgs* local, dpsSelMergeArgs* merge) {
   const int64_t cols = L->vocab / L->tp;
-  dpsSelPlanLocal(call, L->tp, L->rank, cols, sms, scratch, (int64_t)L->max_pad_bs * L->n, pdl,
-                  local);
+  dpsSelPlanLocal(call, L->rank, cols, sms, scratch, (int64_t)L->max_pad_bs * L->n, pdl, local);
   dpsSelPlanMerge(call, L->tp, pdl, merge);
   if (L->tp == 1) return; /* the local pass writes the outputs */
   const int topk = call->k > 0;

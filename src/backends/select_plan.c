@@ -9,13 +9,28 @@
 
 int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
-size_t dpsSelScratchBytes(int64_t cap_rows) {
-  return (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t) +
-         (size_t)cap_rows * sizeof(uint32_t);
+/* The scratch: row partials, then the row tickets. */
+static size_t partialBytes(int64_t cap_rows) {
+  return (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t);
 }
 
-void dpsSelPlanLocal(const dpsSelectCall* call, int tp, int rank, int64_t cols, int sms,
-                     void* scratch, int64_t cap_rows, int pdl, dpsSelLocalArgs* a) {
+size_t dpsSelScratchBytes(int64_t cap_rows) {
+  return partialBytes(cap_rows) + (size_t)cap_rows * sizeof(uint32_t);
+}
+
+/* What the local pass and the merge take alike from a call. */
+static int selK(const dpsSelectCall* call) { return call->k > 0 ? call->k : 1; }
+static int selWantLse(const dpsSelectCall* call) { return call->k == 0 && call->lse != NULL; }
+static dpsSelOut selOut(const dpsSelectCall* call) {
+  dpsSelOut o;
+  o.index = call->index;
+  o.value = call->value;
+  o.lse = call->lse;
+  return o;
+}
+
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, void* scratch,
+                     int64_t cap_rows, int pdl, dpsSelLocalArgs* a) {
   memset(a, 0, sizeof *a);
   a->logits = call->logits;
   a->rows = call->rows;
@@ -24,8 +39,8 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int tp, int rank, int64_t cols, 
   a->col0 = (long long)rank * cols;
   long long nvalid = call->vocab_limit - a->col0;
   a->nvalid = nvalid < 0 ? 0 : nvalid > cols ? cols : nvalid;
-  a->k = call->k > 0 ? call->k : 1;
-  a->want_lse = call->k == 0 && call->lse != NULL;
+  a->k = selK(call);
+  a->want_lse = selWantLse(call);
   int chunks = 1;
   if (call->k == 0) {
     const long long want = ((long long)4 * (sms > 0 ? sms : 1) + call->rows - 1) / call->rows;
@@ -36,26 +51,20 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int tp, int rank, int64_t cols, 
   }
   a->chunks = chunks;
   a->partial = (uint32_t*)scratch;
-  a->tickets = (unsigned int*)((char*)scratch +
-                               (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t));
+  a->tickets = (unsigned int*)((char*)scratch + partialBytes(cap_rows));
   a->sink = DPS_SEL_SINK_FINAL;
-  a->out.index = call->index;
-  a->out.value = call->value;
-  a->out.lse = call->lse;
+  a->out = selOut(call);
   a->pdl = pdl;
-  (void)tp;
 }
 
 void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs* m) {
   memset(m, 0, sizeof *m);
   m->rows = call->rows;
   m->tp = tp;
-  m->k = call->k > 0 ? call->k : 1;
+  m->k = selK(call);
   m->dtype = (int)call->dtype;
-  m->want_lse = call->k == 0 && call->lse != NULL;
-  m->out.index = call->index;
-  m->out.value = call->value;
-  m->out.lse = call->lse;
+  m->want_lse = selWantLse(call);
+  m->out = selOut(call);
   m->pdl = pdl;
 }
 

@@ -22,11 +22,11 @@ int dpsSelWords(int k);
  * zeroed once, kept zero by the kernels. */
 size_t dpsSelScratchBytes(int64_t cap_rows);
 
-/* The local pass of `call` on rank `rank` of tp (shard of cols columns),
- * with sink DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the
- * device's SM count (sizes the argmax row split). */
-void dpsSelPlanLocal(const dpsSelectCall* call, int tp, int rank, int64_t cols, int sms,
-                     void* scratch, int64_t cap_rows, int pdl, dpsSelLocalArgs* a);
+/* The local pass of `call` on rank `rank` (shard of cols columns), with sink
+ * DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the device's
+ * SM count (sizes the argmax row split). */
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, void* scratch,
+                     int64_t cap_rows, int pdl, dpsSelLocalArgs* a);
 
 /* The merge's arguments for `call` (candidates and epoch fields left to the caller). */
 void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs* m);

@@ -394,6 +394,26 @@ dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table)
 }
 
 /* ---- operations ---------------------------------------------------------- */
+dpsResult_t dpsCheckLogitsDtype(const char* op, dpsDataType_t dtype) {
+  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
+    return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
+                       dpsDataTypeName(dtype), (int)dtype);
+  return dpsSuccess;
+}
+
+dpsResult_t dpsCheckLogitsData(dpsComm_t comm, const char* op, const char* name, const void* p,
+                               dpsDataType_t dtype) {
+  if ((uintptr_t)p % dpsDataTypeSize(dtype) != 0)
+    return dpsSetError(dpsInvalidArgument, "%s: %s=%p is not aligned to its %zu-byte %s elements",
+                       op, name, p, dpsDataTypeSize(dtype), dpsDataTypeName(dtype));
+  if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
+    return dpsSetError(dpsInvalidUsage,
+                       "%s: %s dtype %s differs from the communicator's logits dtype %s, fixed at "
+                       "creation, by prepare or by the first swap",
+                       op, name, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  return dpsSuccess;
+}
+
 /* The one place a call's shape is derived (after the checks). */
 static dpsShape callShape(dpsComm_t comm, int pad_bs, size_t esize) {
   return dpsMakeShape(comm->config.tp_size, comm->config.rank, pad_bs,
@@ -427,11 +447,7 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   *capturing = 0;
   *capture_id = 0;
-#if CUDART_VERSION >= 12030
-  cudaError_t e = cudaStreamGetCaptureInfo(stream, &st, capture_id, NULL, NULL, NULL, NULL);
-#else
-  cudaError_t e = cudaStreamGetCaptureInfo(stream, &st, capture_id);
-#endif
+  cudaError_t e = dpsStreamCaptureInfo(stream, &st, capture_id);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: stream=%p is not usable: %s", op, (void*)stream,
                        cudaGetErrorString(e));
@@ -506,9 +522,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
   if (in == NULL) return dpsSetError(dpsInvalidArgument, "%s: local_logits is NULL", op);
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
-  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
-    return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
-                       dpsDataTypeName(dtype), (int)dtype);
+  DPS_CHECK(dpsCheckLogitsDtype(op, dtype));
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   const dpsShape sh = callShape(comm, pad_bs, dpsDataTypeSize(dtype));
   const int64_t want_rows = sh.rows, want_cols = sh.v_local;
@@ -518,15 +532,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        "[%d*%d, %" PRId64 "/%d] = [%" PRId64 ", %" PRId64 "]",
                        op, rows, cols, pad_bs, comm->config.num_tokens_per_req,
                        comm->config.vocab_size, comm->config.tp_size, want_rows, want_cols);
-  if ((uintptr_t)in % dpsDataTypeSize(dtype) != 0)
-    return dpsSetError(dpsInvalidArgument,
-                       "%s: local_logits=%p is not aligned to its %zu-byte %s elements", op, in,
-                       dpsDataTypeSize(dtype), dpsDataTypeName(dtype));
-  if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
-    return dpsSetError(dpsInvalidUsage,
-                       "%s: local_logits dtype %s differs from the communicator's logits dtype %s, "
-                       "fixed at creation, by prepare or by the first swap",
-                       op, dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  DPS_CHECK(dpsCheckLogitsData(comm, op, "local_logits", in, dtype));
   DPS_CHECK(dpsCheckOpen(comm, op));
   DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;

@@ -238,6 +238,23 @@ typedef struct {
 dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
 /* Ends an operation whose outcome is r (successful work is noted for teardown). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r);
+/* The argument checks of a logits input shared by the swap and the
+ * selections: a logits dtype; aligned to its elements and, once the
+ * communicator's dtype is fixed, of that dtype. `name` names the argument. */
+dpsResult_t dpsCheckLogitsDtype(const char* op, dpsDataType_t dtype);
+dpsResult_t dpsCheckLogitsData(dpsComm_t comm, const char* op, const char* name, const void* p,
+                               dpsDataType_t dtype);
+/* A stream's capture status and id (cudaStreamGetCaptureInfo of any
+ * runtime version); allowed while the stream captures. */
+static inline cudaError_t dpsStreamCaptureInfo(cudaStream_t stream,
+                                               enum cudaStreamCaptureStatus* status,
+                                               unsigned long long* id) {
+#if CUDART_VERSION >= 12030
+  return cudaStreamGetCaptureInfo(stream, status, id, NULL, NULL, NULL, NULL);
+#else
+  return cudaStreamGetCaptureInfo(stream, status, id);
+#endif
+}
 /* dpsInvalidUsage after dpsCommClose. */
 dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op);
 /* The communicator's error, making an asynchronous one sticky. */

@@ -11,9 +11,7 @@ static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logit
                                dpsSelectCall* call) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
   if (logits == NULL) return dpsSetError(dpsInvalidArgument, "%s: logits is NULL", op);
-  if (dtype != dpsFloat32 && dtype != dpsBfloat16 && dtype != dpsFloat16)
-    return dpsSetError(dpsInvalidArgument, "%s: dtype=%s (%d) is not fp32, bf16 or fp16", op,
-                       dpsDataTypeName(dtype), (int)dtype);
+  DPS_CHECK(dpsCheckLogitsDtype(op, dtype));
   const dpsConfig_t* c = &comm->config;
   const int64_t max_rows = (int64_t)c->max_pad_bs * c->num_tokens_per_req;
   const int64_t want_cols = c->vocab_size / c->tp_size;
@@ -30,13 +28,7 @@ static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logit
     return dpsSetError(dpsInvalidArgument,
                        "%s: vocab_limit=%" PRId64 " must be in [1, vocab_size=%" PRId64 "]", op,
                        vocab_limit, c->vocab_size);
-  if ((uintptr_t)logits % dpsDataTypeSize(dtype) != 0)
-    return dpsSetError(dpsInvalidArgument, "%s: logits=%p is not aligned to its %zu-byte %s elements",
-                       op, logits, dpsDataTypeSize(dtype), dpsDataTypeName(dtype));
-  if (comm->dtype != dpsDtypeUnset && comm->dtype != dtype)
-    return dpsSetError(dpsInvalidUsage,
-                       "%s: logits dtype %s differs from the communicator's logits dtype %s", op,
-                       dpsDataTypeName(dtype), dpsDataTypeName(comm->dtype));
+  DPS_CHECK(dpsCheckLogitsData(comm, op, "logits", logits, dtype));
   if (c->vocab_size > (int64_t)UINT32_MAX)
     return dpsSetError(dpsInvalidUsage,
                        "%s: vocab_size=%" PRId64 " does not fit the 32-bit global indices the "

@@ -106,12 +106,7 @@ static dpsResult_t checkNotCaptured(dpsComm_t comm, const char* what) {
     if (!comm->captures[i].used) continue;
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
-#if CUDART_VERSION >= 12030
-    cudaError_t e =
-        cudaStreamGetCaptureInfo(comm->captures[i].stream, &st, &id, NULL, NULL, NULL, NULL);
-#else
-    cudaError_t e = cudaStreamGetCaptureInfo(comm->captures[i].stream, &st, &id);
-#endif
+    cudaError_t e = dpsStreamCaptureInfo(comm->captures[i].stream, &st, &id);
     if (e != cudaSuccess) {
       (void)cudaGetLastError(); /* the stream is gone: its capture ended with it */
       comm->captures[i].used = 0;
