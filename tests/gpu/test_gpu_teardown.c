@@ -36,24 +36,11 @@ static double nowS(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static dpsConfig_t cfgFor(int tp, int rank, dpsBackend_t backend) {
-  dpsConfig_t c = DPS_CONFIG_INITIALIZER;
-  c.tp_size = tp;
-  c.rank = rank;
-  c.max_pad_bs = PAD;
-  c.num_tokens_per_req = N;
-  c.vocab_size = V;
-  c.logits_dtype = dpsBfloat16;
-  c.backend = backend;
-  c.cuda_device = rank;
-  c.timeout_ms = 1500;
-  return c;
-}
-
 static int create(dpsComm_t* c, int tp, int rank, dpsBackend_t backend) {
   dpsUniqueId id;
   FX_CHECK(fxShareUniqueId(&id) == 0, "sharing the unique id failed");
-  dpsConfig_t cfg = cfgFor(tp, rank, backend);
+  dpsConfig_t cfg = gtConfig(rank, tp, PAD, N, V, dpsBfloat16, backend);
+  cfg.timeout_ms = 1500;
   dpsResult_t r = dpsCommInitRank(c, &id, &cfg);
   if (r == dpsUnavailable) return 77;
   FX_CHECK(r == dpsSuccess, "dpsCommInitRank: %s", dpsGetLastError());

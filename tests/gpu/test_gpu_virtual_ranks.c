@@ -993,17 +993,26 @@ static void runShapes(VrTally* t, int tp, int backend) {
       }
 }
 
+/* Variant m of a scenario's configuration: 0 as given, 1 PDL off, 2 LL128
+ * gathers (the full onesided matrix runs all three). 0 when the variant
+ * does not apply here (LL128 before sm_90). */
+static int vrVariants(int backend) { return backend == VR_ONESIDED && g_full ? 3 : 1; }
+static int vrVariant(const VrCfg* base, int m, VrCfg* c) {
+  *c = *base;
+  if (m == 1) c->pdl = 0;
+  if (m == 2) {
+    if (g_major < 9) return 0;
+    c->gproto = DPS_OS_PROTO_LL128;
+  }
+  return 1;
+}
+
 static void runRunahead(VrTally* t, int tp, int backend) {
   const VrCfg base = {dpsBfloat16, 33, 3, 8, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0};
   VrRunaheadArg arg = {g_full ? 20 : 5};
-  const int nv = backend == VR_ONESIDED && g_full ? 3 : 1;
-  for (int m = 0; m < nv; ++m) {
-    VrCfg c = base;
-    if (m == 1) c.pdl = 0;
-    if (m == 2) {
-      if (g_major < 9) continue;
-      c.gproto = DPS_OS_PROTO_LL128;
-    }
+  for (int m = 0; m < vrVariants(backend); ++m) {
+    VrCfg c;
+    if (!vrVariant(&base, m, &c)) continue;
     if (vrSkipLarge(tp, &c)) {
       t->skipped++;
       continue;
@@ -1014,14 +1023,9 @@ static void runRunahead(VrTally* t, int tp, int backend) {
 
 static void runGraph(VrTally* t, int tp, int backend) {
   const VrCfg base = {dpsFloat16, 7, 3, 8, DPS_OS_PROTO_LL, 1, VR_LL_DEFAULT, 0};
-  const int nv = backend == VR_ONESIDED && g_full ? 3 : 1;
-  for (int m = 0; m < nv; ++m) {
-    VrCfg c = base;
-    if (m == 1) c.pdl = 0;
-    if (m == 2) {
-      if (g_major < 9) continue;
-      c.gproto = DPS_OS_PROTO_LL128;
-    }
+  for (int m = 0; m < vrVariants(backend); ++m) {
+    VrCfg c;
+    if (!vrVariant(&base, m, &c)) continue;
     vrRunGroup(t, tp, backend, &c, g_timeout_ms, 1, m, bodyGraph, NULL, "graph");
   }
 }

@@ -94,6 +94,10 @@ void dpSetLocal(DpLocal* l, int status, const char* fmt, ...)
 #endif
     ;
 
+/* Host memory for a callback (zeroed if `zero`); NULL with "out of host
+ * memory (N bytes)" recorded in *l. */
+void* dpHostAlloc(DpLocal* l, size_t bytes, int zero);
+
 #define DP_TRY_CUDA(l, call, label)                                                  \
   do {                                                                               \
     cudaError_t e_ = (call);                                                         \

@@ -105,6 +105,12 @@ void dpSetLocal(DpLocal* l, int status, const char* fmt, ...) {
   l->status = status;
 }
 
+void* dpHostAlloc(DpLocal* l, size_t bytes, int zero) {
+  void* p = zero ? calloc(1, bytes) : malloc(bytes);
+  if (p == NULL) dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", bytes);
+  return p;
+}
+
 /* Collective: publishes this rank's outcome; every rank gets the same view. */
 static void agree(int rank, int tp, const DpLocal* l, double value, long long wrong, Agreed* a) {
   g_sh->status[rank] = l->status;

@@ -44,20 +44,14 @@ static int hostInit(const DpCase* c, int rank, int tp, void** out) {
 }
 
 static int setup(const DpCase* c, int tp, void** out, DpLocal* l) {
-  Bufs* b = (Bufs*)calloc(1, sizeof *b);
-  if (!b) {
-    dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", sizeof *b);
-    return 1;
-  }
+  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
+  if (!b) return 1;
   *out = b;
   const size_t reqs = (size_t)(c->pad_bs / tp), n = (size_t)c->n;
   DP_TRY_CUDA(l, cudaMalloc((void**)&b->lp_d, reqs * n * 4), fail);
   b->out_bytes = (size_t)c->pad_bs * n * 4;
-  b->out_h = malloc(b->out_bytes);
-  if (!b->out_h) {
-    dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", b->out_bytes);
-    return 1;
-  }
+  b->out_h = dpHostAlloc(l, b->out_bytes, 0);
+  if (!b->out_h) return 1;
   return 0;
 fail:
   return 1;

@@ -109,11 +109,8 @@ int dpSelHostInit(const DpCase* c, int rank, int tp, void** out) {
 }
 
 int dpSelSetup(const DpCase* c, int tp, void** out, DpLocal* l, int k) {
-  Bufs* b = (Bufs*)calloc(1, sizeof *b);
-  if (!b) {
-    dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", sizeof *b);
-    return 1;
-  }
+  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
+  if (!b) return 1;
   *out = b;
   b->k = k;
   b->rows = (size_t)c->pad_bs * (size_t)c->n;
@@ -124,13 +121,10 @@ int dpSelSetup(const DpCase* c, int tp, void** out, DpLocal* l, int k) {
   DP_TRY_CUDA(l, cudaMalloc((void**)&b->idx_d, b->rows * per * 8), fail);
   DP_TRY_CUDA(l, cudaMalloc(&b->val_d, b->rows * per * b->es), fail);
   if (k < 0) DP_TRY_CUDA(l, cudaMalloc((void**)&b->lse_d, b->rows * 4), fail);
-  b->idx_h = (int64_t*)malloc(b->rows * per * 8);
-  b->val_h = malloc(b->rows * per * b->es);
-  b->lse_h = (float*)malloc(b->rows * 4);
-  if (!b->idx_h || !b->val_h || !b->lse_h) {
-    dpSetLocal(l, DP_ERR, "out of host memory");
+  if (!(b->idx_h = (int64_t*)dpHostAlloc(l, b->rows * per * 8, 0)) ||
+      !(b->val_h = dpHostAlloc(l, b->rows * per * b->es, 0)) ||
+      !(b->lse_h = (float*)dpHostAlloc(l, b->rows * 4, 0)))
     return 1;
-  }
   return 0;
 fail:
   return 1;
