@@ -17,13 +17,13 @@ typedef struct {
   void* staging;       /* [tp][max_reqs*N][V/tp] of dtype: all-to-all receive */
   size_t staging_bytes;
   size_t swap_out_bytes;
-  /* argmax / top-k: local scratch, candidates [cap_rows][words] and their
-   * all-gather [tp][cap_rows][words], words = max(argmax, top-k of max_topk) */
-  void* sel_scratch;
+  /* argmax / top-k: candidates [cap_rows][words] and their all-gather
+   * [tp][cap_rows][words], words = max(argmax, top-k of max_topk) */
   uint32_t* sel_send;
   uint32_t* sel_recv;
   int64_t sel_rows;
   int sms;
+  int sel_clusters; /* dpsSelectClusters() */
 } dpsNcclState;
 
 static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
@@ -51,7 +51,6 @@ static void nbDestroy(dpsComm_t comm) {
     nbFree(comm, (void**)&st->pack_send);
     nbFree(comm, (void**)&st->pack_recv);
     nbFree(comm, &st->staging);
-    nbFree(comm, &st->sel_scratch);
     nbFree(comm, (void**)&st->sel_send);
     nbFree(comm, (void**)&st->sel_recv);
     free(st);
@@ -91,9 +90,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
                     &b_sel_recv));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  if ((r = nbAlloc(comm, &st->sel_scratch, dpsSelScratchBytes(st->sel_rows),
-                   "the selection scratch")) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
+  st->sel_clusters = dpsSelectClusters();
+  if ((r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
           dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->sel_recv, b_sel_recv, "selection gather buffer")) !=
           dpsSuccess) {
@@ -113,7 +111,7 @@ static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   const int tp = comm->config.tp_size;
   const int64_t cols = comm->config.vocab_size / tp;
   dpsSelLocalArgs a;
-  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, st->sel_scratch, st->sel_rows, 0, &a);
+  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, st->sel_clusters, 0, &a);
   if (tp == 1) return dpsSelLaunchLocal(&a, call->k, stream);
   a.sink = DPS_SEL_SINK_PLAIN;
   a.cand = st->sel_send;

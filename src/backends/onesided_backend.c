@@ -76,7 +76,7 @@ typedef struct {
 
   void* outputs; /* the close exchange's words */
   dpsOsOutputs out; /* inside `outputs` */
-  void* sel_scratch; /* argmax local pass (select_plan.h) */
+  int sel_clusters;  /* rows of argmax / top-k split over clusters (dpsSelectClusters) */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -279,7 +279,6 @@ static void osDestroy(dpsComm_t comm) {
   windowFree(&st->a);
   dpsDeviceFree(comm, &st->outputs);
   dpsFreeVerifyOutputs(comm);
-  dpsDeviceFree(comm, &st->sel_scratch);
   dpsDeviceFree(comm, (void**)&st->dstate);
   if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
@@ -470,9 +469,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsAllocVerifyOutputs(comm));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
-  DPS_CHECK(dpsDeviceAlloc(comm, &st->sel_scratch,
-                           dpsSelScratchBytes((int64_t)cfg->max_pad_bs * cfg->num_tokens_per_req),
-                           "the selection scratch"));
+  st->sel_clusters = dpsSelectClusters();
   st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
   st->off_fail = L->off_fail;
   return windowAlloc(&st->a, L->bytes_a, "flag/staging");
@@ -663,7 +660,7 @@ static dpsResult_t osSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   OsState* st = (OsState*)comm->backend_state;
   dpsSelLocalArgs a;
   dpsSelMergeArgs m;
-  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->sel_scratch, st->maxb, st->pdl, &a,
+  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->maxb, st->sel_clusters, st->pdl, &a,
                   &m);
   DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
   if (st->tp == 1) return dpsSuccess;

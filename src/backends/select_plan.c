@@ -3,19 +3,24 @@
 
 #include <string.h>
 
-/* A row is split over several blocks when there are few rows: enough blocks
- * to keep every SM busy (four each), each with at least this many columns. */
-#define SEL_MIN_CHUNK_COLS 2048
+/* A row is split over a cluster of blocks when there are few rows: as many
+ * blocks per row as keep the SMs busy without a second wave, each with at
+ * least this many columns. */
+#define ARGMAX_MIN_CHUNK_COLS 2048
+#define TOPK_MIN_CHUNK_COLS 4096
 
 int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
-/* The scratch: row partials, then the row tickets. */
-static size_t partialBytes(int64_t cap_rows) {
-  return (size_t)cap_rows * DPS_ARGMAX_MAX_CHUNKS * 4u * sizeof(uint32_t);
-}
-
-size_t dpsSelScratchBytes(int64_t cap_rows) {
-  return partialBytes(cap_rows) + (size_t)cap_rows * sizeof(uint32_t);
+/* Blocks per row: the largest count <= DPS_SEL_MAX_CHUNKS that keeps
+ * rows * chunks within one wave of `slots` blocks, each chunk of at least
+ * min_cols columns; 1 without clusters. */
+static int selChunks(int64_t rows, int64_t nvalid, int slots, int min_cols, int clusters) {
+  if (!clusters || rows < 1) return 1;
+  int64_t c = (int64_t)(slots > 0 ? slots : 1) / rows;
+  const int64_t by_cols = nvalid / min_cols;
+  if (c > by_cols) c = by_cols;
+  if (c > DPS_SEL_MAX_CHUNKS) c = DPS_SEL_MAX_CHUNKS;
+  return c < 1 ? 1 : (int)c;
 }
 
 /* What the local pass and the merge take alike from a call. */
@@ -29,8 +34,8 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
   return o;
 }
 
-void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, void* scratch,
-                     int64_t cap_rows, int pdl, dpsSelLocalArgs* a) {
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, int clusters,
+                     int pdl, dpsSelLocalArgs* a) {
   memset(a, 0, sizeof *a);
   a->logits = call->logits;
   a->rows = call->rows;
@@ -41,17 +46,10 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   a->nvalid = nvalid < 0 ? 0 : nvalid > cols ? cols : nvalid;
   a->k = selK(call);
   a->want_lse = selWantLse(call);
-  int chunks = 1;
-  if (call->k == 0) {
-    const long long want = ((long long)4 * (sms > 0 ? sms : 1) + call->rows - 1) / call->rows;
-    const long long byCols = a->nvalid / SEL_MIN_CHUNK_COLS;
-    chunks = (int)(want < byCols ? want : byCols);
-    if (chunks > DPS_ARGMAX_MAX_CHUNKS) chunks = DPS_ARGMAX_MAX_CHUNKS;
-    if (chunks < 1) chunks = 1;
-  }
-  a->chunks = chunks;
-  a->partial = (uint32_t*)scratch;
-  a->tickets = (unsigned int*)((char*)scratch + partialBytes(cap_rows));
+  const int topk = call->k > 0;
+  a->chunks = selChunks(call->rows, a->nvalid,
+                        sms * (topk ? DPS_TOPK_BLOCKS_PER_SM : DPS_ARGMAX_BLOCKS_PER_SM),
+                        topk ? TOPK_MIN_CHUNK_COLS : ARGMAX_MIN_CHUNK_COLS, clusters);
   a->sink = DPS_SEL_SINK_FINAL;
   a->out = selOut(call);
   a->pdl = pdl;

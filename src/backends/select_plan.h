@@ -1,6 +1,6 @@
 /* Planning of dpsArgmax / dpsTopK shared by both backends (and usable by the
- * virtual-rank tests): the local pass's arguments from a call, the scratch it
- * needs, and the launches. Plain C, no NCCL. */
+ * virtual-rank tests): the local pass's and the merge's arguments from a call,
+ * and the launches. Plain C, no NCCL. */
 #ifndef DPS_SELECT_PLAN_H_
 #define DPS_SELECT_PLAN_H_
 
@@ -17,16 +17,11 @@ extern "C" {
 /* Words of one row's candidates from one rank (argmax: k == 0). */
 int dpsSelWords(int k);
 
-/* Scratch of the argmax local pass for cap_rows rows: row partials
- * [cap_rows][DPS_ARGMAX_MAX_CHUNKS][4] u32, then row tickets [cap_rows] u32;
- * zeroed once, kept zero by the kernels. */
-size_t dpsSelScratchBytes(int64_t cap_rows);
-
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
- * DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the device's
- * SM count (sizes the argmax row split). */
-void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, void* scratch,
-                     int64_t cap_rows, int pdl, dpsSelLocalArgs* a);
+ * DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the SMs the
+ * pass may fill (sizes the row split); clusters: dpsSelectClusters(). */
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, int clusters,
+                     int pdl, dpsSelLocalArgs* a);
 
 /* The merge's arguments for `call` (candidates and epoch fields left to the caller). */
 void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs* m);

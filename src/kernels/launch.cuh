@@ -33,20 +33,40 @@ __device__ __forceinline__ void dpsPdlRelease() {
 #endif
 }
 
+/* cluster > 1: blocks [c * cluster, (c + 1) * cluster) of the 1-D grid form
+ * one thread-block cluster (sm_90+; grid.x a multiple of cluster). */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t dpsLaunch(void (*kernel)(KArgs...), dim3 grid, dim3 threads,
-                                    cudaStream_t stream, int pdl, Args&&... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+static inline cudaError_t dpsLaunchCluster(void (*kernel)(KArgs...), dim3 grid, dim3 threads,
+                                           unsigned cluster, cudaStream_t stream, int pdl,
+                                           Args&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1u : 0u;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dpsLaunch(void (*kernel)(KArgs...), dim3 grid, dim3 threads,
+                                    cudaStream_t stream, int pdl, Args&&... args) {
+  return dpsLaunchCluster(kernel, grid, threads, 1u, stream, pdl, static_cast<Args&&>(args)...);
 }
 
 /* After one of our CUDA calls failed and the failure was returned to the

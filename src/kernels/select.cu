@@ -2,24 +2,32 @@
  * the merge of every rank's candidates (interface: select_kernels.h).
  *
  * Order everywhere: larger value first, then lower global index (then lower
- * source rank, which only separates the {-inf, 0xffffffff} fillers). NaN is
+ * source list, which only separates the {-inf, 0xffffffff} fillers). NaN is
  * read as -inf, -0.0 as +0.0. Argmax compares floats; top-k compares 32-bit
  * order keys (orderKey) with the index packed below them.
  *
- * Argmax local pass: a row is cut into `chunks` column ranges, one block
- * each; a block reduces its range (vector loads where the row's alignment
- * allows), the last block of a row (atomic ticket) folds the partials and
- * emits the row's candidate. The logsumexp is an online (m, s) pair.
+ * A row is cut into `chunks` column ranges, one block each, the blocks of a
+ * row forming one thread-block cluster: each block reduces its range (vector
+ * loads where the row's alignment allows) and stores its partial result into
+ * block 0's shared memory; after one cluster barrier block 0 folds them and
+ * emits the row's result. (Few rows: the split keeps every SM reading.)
  *
- * Top-k local pass, one block per row:
- *  1. every thread keeps the maximum of its strided elements; the k-th
- *     largest of those thread maxima, t, is a lower bound of the row's k-th
- *     largest value (the maxima are distinct elements);
- *  2. the elements >= t (a few times k for real logits) are collected in
- *     shared memory and sorted (bitonic) by (value desc, index asc);
- *  3. if more than SEL_CAND of them (many ties), a binary search over the
+ * Argmax: value and index by compare-and-select; the logsumexp is an online
+ * (m, s) pair, rescaled once per vector of 4 or 8 elements.
+ *
+ * Top-k, per block:
+ *  1. every thread keeps the float maximum of its strided elements; groups of
+ *     threads fold theirs into G >= 2k group maxima, and the k-th largest
+ *     of those, t, is a lower bound of the range's k-th largest value (the
+ *     maxima are distinct elements);
+ *  2. the elements >= t (about 1.4 k for real logits) are collected in shared
+ *     memory, and the k best are placed by counting (or a bitonic sort);
+ *  3. if more than SEL_CAND of them (many ties), a radix selection over the
  *     order keys finds the exact k-th key T, and the selection is every key
  *     > T plus the lowest-index keys == T, collected in index order.
+ * The chunks' sorted lists (and the ranks' lists in the merge kernel) are
+ * merged by placement: an entry's place is its place in its own list plus
+ * the entries of every other list that beat it (binary search).
  *
  * Exchange: LL lines (two words, the flag in each 8-byte half) into every
  * rank's staging; the merge kernel polls them with the onesided timeout.
@@ -37,11 +45,11 @@ using namespace dpsos;
 namespace {
 
 constexpr int ARGMAX_THREADS = 512;
-constexpr int TOPK_THREADS = 1024;
-constexpr int TOPK_GROUPS = TOPK_THREADS / 2; /* thread pairs: disjoint element groups */
+constexpr int TOPK_THREADS = 512;
 constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
 constexpr uint32_t NO_INDEX = 0xffffffffu;
 constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
+constexpr float LOG2E = 1.4426950408889634f;
 
 __device__ __forceinline__ float loadValue(const void* base, long long i, int dtype) {
   if (dtype == 1) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
@@ -50,6 +58,13 @@ __device__ __forceinline__ float loadValue(const void* base, long long i, int dt
 }
 
 __device__ __forceinline__ float noNan(float v) { return v != v ? -INFINITY : v; }
+
+/* 2^x (ex2.approx: -inf -> 0, NaN -> NaN). */
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 /* -0.0 counts as +0.0 (equal values: the lower index wins, as in argmax). */
 __device__ __forceinline__ uint32_t orderKey(float v) {
@@ -67,6 +82,10 @@ __device__ __forceinline__ u64 packKI(uint32_t key, uint32_t idx) {
 }
 __device__ __forceinline__ uint32_t packedKey(u64 p) { return (uint32_t)(p >> 32); }
 __device__ __forceinline__ uint32_t packedIdx(u64 p) { return ~(uint32_t)p; }
+__device__ __forceinline__ float packedValue(u64 p) {
+  const uint32_t key = packedKey(p);
+  return key == KEY_NONE ? -INFINITY : keyValue(key);
+}
 
 __device__ __forceinline__ void storeValue(void* out, long long i, float v, int dtype) {
   if (dtype == 1) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
@@ -74,17 +93,47 @@ __device__ __forceinline__ void storeValue(void* out, long long i, float v, int 
   else reinterpret_cast<float*>(out)[i] = v;
 }
 
+/* ---- the blocks of a row: one cluster (sm_90+) --------------------------------- */
+/* The address of `p` (this block's shared memory) in block 0 of the cluster. */
+template <typename T>
+__device__ __forceinline__ T* clusterLeader(T* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return reinterpret_cast<T*>(__cluster_map_shared_rank(p, 0));
+#else
+  return p;
+#endif
+}
+
+/* Every thread of every block of the cluster: stores before it (to any
+ * block's shared memory) are visible to every block after it. */
+__device__ __forceinline__ void clusterBarrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive(); /* release */
+  __cluster_barrier_wait();   /* acquire */
+#else
+  __trap(); /* never launched with chunks > 1 (dpsSelectClusters) */
+#endif
+}
+
 /* ---- logsumexp as an online (m, s) pair ------------------------------------- */
 struct Lse {
   float m, s;
   __device__ Lse() : m(-INFINITY), s(0.f) {}
-  __device__ __forceinline__ void add(float v) { /* v raw: NaN propagates into s */
-    if (v > m) {
-      s = s * __expf(m - v) + 1.f; /* m = -inf: exp(-inf) = 0 */
-      m = v;
-    } else {
-      s += v == m ? 1.f : __expf(v - m);
+  /* C elements (raw: NaN propagates into s); one rescale per call. While m
+   * is -inf (nothing finite yet) s counts the -inf elements, which value()
+   * ignores. */
+  template <int C>
+  __device__ __forceinline__ void add(const float (&v)[C]) {
+    float vm = v[0];
+#pragma unroll
+    for (int t = 1; t < C; ++t) vm = fmaxf(vm, v[t]);
+    if (vm > m) {
+      s *= fastExp2((m - vm) * LOG2E); /* m = -inf: 0 */
+      m = vm;
     }
+    const float mb = m * LOG2E;
+#pragma unroll
+    for (int t = 0; t < C; ++t) s += v[t] == m ? 1.f : fastExp2(fmaf(v[t], LOG2E, -mb));
   }
   __device__ __forceinline__ void merge(float m2, float s2) {
     const float mm = fmaxf(m, m2);
@@ -112,16 +161,6 @@ struct ArgState {
   Lse lse;
   __device__ ArgState() : v(-INFINITY), i(0u) {} /* nothing beats -inf: index 0 */
 };
-
-/* Elements of one thread come in increasing index: a strictly larger value
- * wins (NaN compares false, -0.0 == +0.0). */
-template <bool LSE>
-__device__ __forceinline__ void argAdd(ArgState& st, float v, uint32_t idx) {
-  const bool take = v > st.v;
-  st.v = take ? v : st.v;
-  st.i = take ? idx : st.i;
-  if (LSE) st.lse.add(v);
-}
 
 template <bool LSE>
 __device__ __forceinline__ void argMerge(ArgState& st, float v, uint32_t i, float m, float s) {
@@ -187,52 +226,73 @@ __device__ __forceinline__ void emitWords(const dpsSelLocalArgs& a, long long ro
 }
 
 /* ---- the row visitor ------------------------------------------------------------ */
-/* Calls f(j, value) for every column j in [from, to) of the row, each by one
- * thread of the block: a scalar head up to 16-byte alignment, 16-byte
- * vectors (four in flight per thread), a scalar tail. */
-template <typename F>
-__device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
-                                            long long to, F& f) {
-  const int esize = dtype == 0 ? 4 : 2;
-  const int per = 16 / esize;
+/* Calls f.run<C>(j0, v) for every column of [from, to) of the row, each
+ * column in exactly one call of one thread, v[t] the value of column j0 + t:
+ * a scalar head up to 16-byte alignment (C = 1), 16-byte vectors (C = 4 for
+ * fp32, 8 for 16-bit dtypes; four in flight per thread), a scalar tail. */
+template <int DT, typename F>
+__device__ __forceinline__ void forEachElemT(const char* rowp, long long from, long long to,
+                                             F& f) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  constexpr int per = 16 / esize;
   const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
   long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
   if (head > to - from) head = to - from;
-  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x)
-    f(j, loadValue(rowp, j, dtype));
+  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
   const long long vfrom = from + head;
   const long long nvec = (to - vfrom) / per;
-  const uint4* v = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
   constexpr int U = 4;
   for (long long i0 = threadIdx.x; i0 < nvec; i0 += (long long)blockDim.x * U) {
     uint4 q[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = i0 + (long long)u * blockDim.x;
-      q[u] = i < nvec ? __ldg(v + i) : make_uint4(0u, 0u, 0u, 0u);
+      q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = i0 + (long long)u * blockDim.x;
       if (i >= nvec) break;
       const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-      const long long j0 = vfrom + i * per;
-      if (dtype == 0) {
+      float v[per];
 #pragma unroll
-        for (int t = 0; t < 4; ++t) f(j0 + t, __uint_as_float(w[t]));
-      } else if (dtype == 1) {
-#pragma unroll
-        for (int t = 0; t < 8; ++t)
-          f(j0 + t, __bfloat162float(__ushort_as_bfloat16((unsigned short)(w[t >> 1] >> (16 * (t & 1))))));
-      } else {
-#pragma unroll
-        for (int t = 0; t < 8; ++t)
-          f(j0 + t, __half2float(__ushort_as_half((unsigned short)(w[t >> 1] >> (16 * (t & 1))))));
+      for (int t = 0; t < per; ++t) {
+        if (DT == 0) {
+          v[t] = __uint_as_float(w[t]);
+        } else {
+          const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
+          v[t] = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h))
+                         : __half2float(__ushort_as_half(h));
+        }
       }
+      f.template run<per>(vfrom + i * per, v);
     }
   }
-  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x)
-    f(j, loadValue(rowp, j, dtype));
+  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
+}
+
+template <typename F>
+__device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
+                                            long long to, F& f) {
+  if (dtype == 1) forEachElemT<1>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemT<2>(rowp, from, to, f);
+  else forEachElemT<0>(rowp, from, to, f);
+}
+
+/* Column range [from, to) of chunk `chunk` of `chunks` over n columns. */
+__device__ __forceinline__ void chunkRange(long long n, int chunks, int chunk, long long* from,
+                                           long long* to) {
+  const long long per = (n + chunks - 1) / chunks;
+  const long long f = (long long)chunk * per;
+  *from = f < n ? f : n;
+  *to = f + per < n ? f + per : n;
 }
 
 /* ---- argmax local pass --------------------------------------------------------- */
@@ -240,66 +300,64 @@ template <bool LSE>
 struct ArgVisit {
   ArgState st;
   uint32_t col0;
-  __device__ __forceinline__ void operator()(long long j, float v) {
-    argAdd<LSE>(st, v, col0 + (uint32_t)j);
+  /* a thread's elements come in increasing index: a strictly larger value
+   * wins (NaN compares false, -0.0 == +0.0) */
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const bool take = v[t] > st.v;
+      st.v = take ? v[t] : st.v;
+      st.i = take ? col0 + (uint32_t)(j0 + t) : st.i;
+    }
+    if (LSE) st.lse.add(v);
   }
 };
 
 template <bool LSE>
-__global__ void __launch_bounds__(ARGMAX_THREADS) argmaxLocalKernel(dpsSelLocalArgs a) {
+__global__ void __launch_bounds__(ARGMAX_THREADS, DPS_ARGMAX_BLOCKS_PER_SM)
+    argmaxLocalKernel(dpsSelLocalArgs a) {
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
   const bool ll = a.sink == DPS_SEL_SINK_LL;
   dpsPdlWait();
-  u64 e = 0;
-  if (ll) {
-    e = beginEpoch(a.c, a.op);
-    if (e == 0) return; /* failed earlier */
-  }
+  /* e == 0: the communicator failed earlier; a block of a cluster still
+   * takes part in the cluster barrier */
+  const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
+  if (e == 0 && a.chunks == 1) return;
   ArgVisit<LSE> vis;
   vis.col0 = (uint32_t)a.col0;
   const int esize = a.dtype == 0 ? 4 : 2;
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
-  const long long per = (a.nvalid + a.chunks - 1) / a.chunks;
-  const long long from = (long long)chunk * per;
-  const long long to = from + per < a.nvalid ? from + per : a.nvalid;
-  if (from < to) forEachElem(rowp, a.dtype, from, to, vis);
+  long long from, to;
+  chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
+  forEachElem(rowp, a.dtype, from, to, vis);
   dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
   ArgState& st = vis.st;
   blockArgReduce<ARGMAX_THREADS, LSE>(st);
 
-  __shared__ int s_last;
   if (a.chunks > 1) {
-    /* partials of the row's chunks; the last block folds them with one warp */
-    if (threadIdx.x == 0) {
-      uint4* p = reinterpret_cast<uint4*>(a.partial) + (size_t)row * a.chunks + chunk;
-      *p = make_uint4(__float_as_uint(st.v), st.i, __float_as_uint(st.lse.m),
-                      __float_as_uint(st.lse.s));
-      __threadfence();
-      const unsigned t = atomicAdd(&a.tickets[row], 1u);
-      s_last = t == (unsigned)a.chunks - 1;
-    }
-    __syncthreads();
-    if (!s_last) {
+    /* every block's partial into block 0, which folds them with one warp */
+    __shared__ float4 s_part[DPS_SEL_MAX_CHUNKS];
+    if (threadIdx.x == 0)
+      *clusterLeader(&s_part[chunk]) = make_float4(st.v, __uint_as_float(st.i), st.lse.m, st.lse.s);
+    clusterBarrier();
+    if (e == 0) return;
+    if (chunk != 0) {
       if (ll) finishEpoch(a.c, a.op, e);
       return;
     }
     if (threadIdx.x < 32) {
-      __threadfence();
       ArgState t;
       if ((int)threadIdx.x < a.chunks) {
-        const uint4 q = __ldcg(reinterpret_cast<const uint4*>(a.partial) +
-                               (size_t)row * a.chunks + threadIdx.x);
-        t.v = __uint_as_float(q.x);
-        t.i = q.y;
-        t.lse.m = __uint_as_float(q.z);
-        t.lse.s = __uint_as_float(q.w);
+        const float4 q = s_part[threadIdx.x];
+        t.v = q.x;
+        t.i = __float_as_uint(q.y);
+        t.lse.m = q.z;
+        t.lse.s = q.w;
       }
       warpArgReduce<LSE>(t);
-      if (threadIdx.x == 0) {
-        st = t;
-        a.tickets[row] = 0;
-      }
+      if (threadIdx.x == 0) st = t;
     }
   }
   if (threadIdx.x == 0) {
@@ -337,30 +395,64 @@ __device__ void bitonicDesc(u64* v, int n) {
   __syncthreads();
 }
 
+/* The place of entry j of list `src` among `nlists` sorted lists of k
+ * entries each (L[list * k + j], best first) merged into one order: its
+ * place in its own list plus the entries of every other list better than
+ * it; equal packs (only fillers) go by list. */
+__device__ __forceinline__ int mergePlace(const u64* L, int nlists, int k, int src, int j) {
+  const u64 me = L[src * k + j];
+  int place = j;
+  for (int o = 0; o < nlists; ++o) {
+    if (o == src) continue;
+    const u64* lo = L + o * k;
+    int l = 0, h = k;
+    while (l < h) {
+      const int mid = (l + h) >> 1;
+      const bool better = lo[mid] > me || (lo[mid] == me && o < src);
+      if (better) l = mid + 1;
+      else h = mid;
+    }
+    place += l;
+  }
+  return place;
+}
+
 __device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype) {
   return orderKey(loadValue(rowp, j, dtype));
 }
 
+/* A thread's float maximum (NaN ignored: fmaxf). */
 struct MaxVisit {
-  uint32_t m;
-  __device__ __forceinline__ void operator()(long long, float v) {
-    const uint32_t k = orderKey(v);
-    m = k > m ? k : m;
+  float m;
+  template <int C>
+  __device__ __forceinline__ void run(long long, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) m = fmaxf(m, v[t]);
   }
 };
-/* Collects the elements whose key is >= t (STRICT: > t) into cand, at most
- * SEL_CAND of them (*count keeps counting past that). */
+/* Collects the elements whose key is >= key(t) (STRICT: > key(t)), NaN
+ * counting as -inf, into cand: at most SEL_CAND of them (*count keeps
+ * counting past that). */
 template <bool STRICT>
 struct CollectVisit {
-  uint32_t t;
+  float t;
+  uint32_t tkey;
   long long col0;
   u64* cand;
   int* count;
-  __device__ __forceinline__ void operator()(long long j, float v) {
-    const uint32_t k = orderKey(v);
-    if (STRICT ? k > t : k >= t) {
-      const int slot = atomicAdd(count, 1);
-      if (slot < SEL_CAND) cand[slot] = packKI(k, (uint32_t)(col0 + j));
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+    float vm = noNan(v[0]);
+#pragma unroll
+    for (int u = 1; u < C; ++u) vm = fmaxf(vm, noNan(v[u]));
+    if (STRICT ? !(vm > t) : !(vm >= t)) return; /* the common case: nothing here */
+#pragma unroll
+    for (int u = 0; u < C; ++u) {
+      const uint32_t k = orderKey(v[u]);
+      if (STRICT ? k > tkey : k >= tkey) {
+        const int slot = atomicAdd(count, 1);
+        if (slot < SEL_CAND) cand[slot] = packKI(k, (uint32_t)(col0 + j0 + u));
+      }
     }
   }
 };
@@ -371,61 +463,62 @@ struct RadixVisit {
   uint32_t prefix, mask;
   int shift;
   int* hist;
-  __device__ __forceinline__ void operator()(long long, float v) {
-    const uint32_t key = orderKey(v);
-    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+  template <int C>
+  __device__ __forceinline__ void run(long long, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const uint32_t key = orderKey(v[t]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+    }
   }
 };
 
-__global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs a) {
-  __shared__ u64 s_cand[SEL_CAND];
-  __shared__ int s_count;
-  __shared__ uint32_t s_thresh;
-  const long long row = blockIdx.x;
-  const int k = a.k;
-  const bool ll = a.sink == DPS_SEL_SINK_LL;
-  dpsPdlWait();
-  u64 e = 0;
-  if (ll) {
-    e = beginEpoch(a.c, a.op);
-    if (e == 0) return;
-  }
-  const int esize = a.dtype == 0 ? 4 : 2;
-  const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
-  const long long n = a.nvalid;
+/* Groups of threads whose maxima bound the k-th largest value: a power of
+ * two >= 2k (about 1.4 k elements pass the bound for real logits), at least
+ * a warp's worth. */
+__device__ __forceinline__ int topkGroups(int k) {
+  int g = 32;
+  while (g < 2 * k && g < TOPK_THREADS) g <<= 1;
+  return g;
+}
 
-  /* 1. thread maxima (KEY_NONE for a thread without elements); a thread's
-   * elements are disjoint from every other thread's */
-  MaxVisit mx{KEY_NONE};
-  forEachElem(rowp, a.dtype, 0, n, mx);
-  /* the k-th largest thread maximum: the maximum that has fewer than k
-   * maxima above it and at least k at or above it (every thread counts) */
-  __shared__ uint32_t s_max[TOPK_GROUPS];
-  {
-    const uint32_t o = __shfl_xor_sync(0xffffffffu, mx.m, 1);
-    mx.m = o > mx.m ? o : mx.m; /* the maximum of a pair of threads' elements */
-  }
-  if ((threadIdx.x & 1) == 0) s_max[threadIdx.x >> 1] = mx.m;
+/* The k best of columns [from, to) of the row into sel[0..k), best first,
+ * fillers {KEY_NONE, NO_INDEX} after the last. Every thread calls it. */
+__device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long from,
+                          long long to, u64* sel) {
+  __shared__ u64 s_cand[SEL_CAND];
+  __shared__ float s_max[TOPK_THREADS];
+  __shared__ int s_count;
+  __shared__ float s_thresh;
+  const int k = a.k;
+
+  /* 1. group maxima (-inf for a group without elements); the k-th largest
+   * of them: the one with fewer than k maxima above it and at least k at or
+   * above it (every candidate writes the same value) */
+  MaxVisit mx{-INFINITY};
+  forEachElem(rowp, a.dtype, from, to, mx);
+  const int groups = topkGroups(k), gsize = TOPK_THREADS / groups;
+  for (int o = gsize >> 1; o > 0; o >>= 1) mx.m = fmaxf(mx.m, __shfl_xor_sync(0xffffffffu, mx.m, o));
+  if (threadIdx.x % gsize == 0) s_max[threadIdx.x / gsize] = mx.m;
   if (threadIdx.x == 0) s_count = 0;
   __syncthreads();
-  if ((threadIdx.x & 1) == 0) {
-    const uint32_t me = mx.m;
+  if ((int)threadIdx.x < groups) {
+    const float me = s_max[threadIdx.x];
     int gt = 0, ge = 0;
-#pragma unroll 8
-    for (int j = 0; j < TOPK_GROUPS; ++j) {
-      const uint32_t o = s_max[j];
+    for (int j = 0; j < groups; ++j) {
+      const float o = s_max[j];
       gt += o > me;
       ge += o >= me;
     }
-    if (gt < k && ge >= k) s_thresh = me; /* every writer writes the same value */
+    if (gt < k && ge >= k) s_thresh = me;
   }
   __syncthreads();
-  const uint32_t t = s_thresh; /* >= k elements have key >= t (KEY_NONE: all of them) */
+  /* >= k elements are >= t (t = -inf: all of them, NaN included as -inf) */
+  const float t = s_thresh;
 
   /* 2. collect the elements >= t */
-  CollectVisit<false> col{t, a.col0, s_cand, &s_count};
-  forEachElem(rowp, a.dtype, 0, n, col);
-  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
+  CollectVisit<false> col{t, orderKey(t), a.col0, s_cand, &s_count};
+  forEachElem(rowp, a.dtype, from, to, col);
   __syncthreads();
   int count = s_count;
   __syncthreads();
@@ -443,7 +536,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
       for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
       __syncthreads();
       RadixVisit rv{prefix, mask, shift, s_hist};
-      forEachElem(rowp, a.dtype, 0, n, rv);
+      forEachElem(rowp, a.dtype, from, to, rv);
       __syncthreads();
       if (threadIdx.x == 0) {
         int need = s_need, above = 0, d = 255;
@@ -458,15 +551,15 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
     const uint32_t T = prefix;
     if (threadIdx.x == 0) s_count = 0;
     __syncthreads();
-    CollectVisit<true> gt{T, a.col0, s_cand, &s_count};
-    forEachElem(rowp, a.dtype, 0, n, gt);
+    CollectVisit<true> gt{keyValue(T), T, a.col0, s_cand, &s_count};
+    forEachElem(rowp, a.dtype, from, to, gt);
     __syncthreads();
     int have = s_count; /* < k */
     __syncthreads();
     __shared__ int s_warp[TOPK_THREADS / 32];
-    for (long long base = 0; base < n && have < k; base += blockDim.x) {
+    for (long long base = from; base < to && have < k; base += blockDim.x) {
       const long long j = base + threadIdx.x;
-      const bool eq = j < n && keyAt(rowp, j, a.dtype) == T;
+      const bool eq = j < to && keyAt(rowp, j, a.dtype) == T;
       const unsigned bal = __ballot_sync(0xffffffffu, eq);
       const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
       if (lane == 0) s_warp[w] = __popc(bal);
@@ -486,29 +579,67 @@ __global__ void __launch_bounds__(TOPK_THREADS) topkLocalKernel(dpsSelLocalArgs 
 
   /* the k best candidates, best first, fillers after the last one: by
    * counting (packed pairs are distinct) when few, else a bitonic sort */
-  __shared__ u64 s_sel[DPS_TOPK_MAX];
-  for (int j = threadIdx.x; j < k; j += blockDim.x) s_sel[j] = packKI(KEY_NONE, NO_INDEX);
+  for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = packKI(KEY_NONE, NO_INDEX);
   __syncthreads();
   if (count <= TOPK_THREADS) {
-    if (threadIdx.x < count) {
+    if ((int)threadIdx.x < count) {
       const u64 me = s_cand[threadIdx.x];
       int above = 0;
       for (int j = 0; j < count; ++j) above += s_cand[j] > me;
-      if (above < k) s_sel[above] = me;
+      if (above < k) sel[above] = me;
     }
   } else {
     int m = 1;
     while (m < count) m <<= 1;
     for (int i = count + threadIdx.x; i < m; i += blockDim.x) s_cand[i] = packKI(KEY_NONE, NO_INDEX);
     bitonicDesc(s_cand, m);
-    for (int j = threadIdx.x; j < k; j += blockDim.x) s_sel[j] = s_cand[j];
+    for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = s_cand[j];
   }
   __syncthreads();
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS, DPS_TOPK_BLOCKS_PER_SM)
+    topkLocalKernel(dpsSelLocalArgs a) {
+  __shared__ u64 s_sel[DPS_TOPK_MAX];
+  __shared__ u64 s_lists[DPS_SEL_MAX_CHUNKS * DPS_TOPK_MAX]; /* block 0: every chunk's list */
+  const long long row = blockIdx.x / a.chunks;
+  const int chunk = (int)(blockIdx.x % a.chunks);
+  const int k = a.k;
+  const bool ll = a.sink == DPS_SEL_SINK_LL;
+  dpsPdlWait();
+  /* e == 0: failed earlier (a block of a cluster still takes part in its barrier) */
+  const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
+  if (e == 0 && a.chunks == 1) return;
+  const int esize = a.dtype == 0 ? 4 : 2;
+  const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
+  long long from, to;
+  chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
+  topkRange(a, rowp, from, to, s_sel);
+  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
+
+  const u64* best = s_sel;
+  if (a.chunks > 1) {
+    /* every chunk's list into block 0, which merges them (chunks are
+     * disjoint column ranges: only fillers compare equal) */
+    u64* lists = clusterLeader(s_lists) + chunk * k;
+    for (int j = threadIdx.x; j < k; j += blockDim.x) lists[j] = s_sel[j];
+    clusterBarrier();
+    if (e == 0) return;
+    if (chunk != 0) {
+      if (ll) finishEpoch(a.c, a.op, e);
+      return;
+    }
+    for (int i = threadIdx.x; i < a.chunks * k; i += blockDim.x) {
+      const int place = mergePlace(s_lists, a.chunks, k, i / k, i % k);
+      if (place < k) s_sel[place] = s_lists[i];
+    }
+    __syncthreads();
+  }
 
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const u64 p = s_sel[j];
-    const uint32_t key = packedKey(p), idx = packedIdx(p);
-    const float v = key == KEY_NONE ? -INFINITY : keyValue(key);
+    const u64 p = best[j];
+    const uint32_t idx = packedIdx(p);
+    const float v = packedValue(p);
     if (a.sink == DPS_SEL_SINK_FINAL) {
       a.out.index[row * k + j] = (int64_t)idx;
       if (a.out.value) storeValue(a.out.value, row * k + j, v, a.dtype);
@@ -608,46 +739,31 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) topkMergeKernel(dpsSelMergeA
   if (__any_sync(0xffffffffu, bad)) return;
   __syncwarp();
   for (int i = lane; i < tp * k; i += 32) {
-    const int src = i / k, j = i % k;
-    const u64 me = L[i];
-    long long place = j;
-    for (int o = 0; o < tp; ++o) {
-      if (o == src) continue;
-      /* entries of list o better than me; equal packs (fillers) break by rank */
-      const u64* lo = L + o * k;
-      int l = 0, h = k;
-      while (l < h) {
-        const int mid = (l + h) >> 1;
-        const bool better = lo[mid] > me || (lo[mid] == me && o < src);
-        if (better) l = mid + 1;
-        else h = mid;
-      }
-      place += l;
-    }
+    const long long place = mergePlace(L, tp, k, i / k, i % k);
     if (place < k) {
-      const uint32_t key = packedKey(me);
-      a.out.index[row * k + place] = (int64_t)packedIdx(me);
-      if (a.out.value)
-        storeValue(a.out.value, row * k + place, key == KEY_NONE ? -INFINITY : keyValue(key),
-                   a.dtype);
+      a.out.index[row * k + place] = (int64_t)packedIdx(L[i]);
+      if (a.out.value) storeValue(a.out.value, row * k + place, packedValue(L[i]), a.dtype);
     }
   }
 }
 
 }  // namespace
 
+/* The local passes: rows x chunks blocks, the chunks of a row one cluster. */
+template <typename... KArgs>
+static cudaError_t launchLocal(void (*kernel)(KArgs...), const dpsSelLocalArgs* a,
+                               unsigned threads, cudaStream_t stream) {
+  const dim3 grid((unsigned)(a->rows * (long long)a->chunks));
+  return dpsLaunchCluster(kernel, grid, dim3(threads), (unsigned)a->chunks, stream, a->pdl, *a);
+}
+
 extern "C" cudaError_t dpsLaunchArgmaxLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
-  const long long blocks = a->rows * (long long)a->chunks;
-  if (a->want_lse)
-    return dpsLaunch(argmaxLocalKernel<true>, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream,
-                     a->pdl, *a);
-  return dpsLaunch(argmaxLocalKernel<false>, dim3((unsigned)blocks), dim3(ARGMAX_THREADS), stream,
-                   a->pdl, *a);
+  if (a->want_lse) return launchLocal(argmaxLocalKernel<true>, a, ARGMAX_THREADS, stream);
+  return launchLocal(argmaxLocalKernel<false>, a, ARGMAX_THREADS, stream);
 }
 
 extern "C" cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream) {
-  return dpsLaunch(topkLocalKernel, dim3((unsigned)a->rows), dim3(TOPK_THREADS), stream, a->pdl,
-                   *a);
+  return launchLocal(topkLocalKernel, a, TOPK_THREADS, stream);
 }
 
 extern "C" cudaError_t dpsLaunchArgmaxMerge(const dpsSelMergeArgs* a, cudaStream_t stream) {
@@ -666,4 +782,18 @@ extern "C" cudaError_t dpsPreloadSelectKernels(void) {
                            (const void*)argmaxLocalKernel<false>, (const void*)topkLocalKernel,
                            (const void*)argmaxMergeKernel, (const void*)topkMergeKernel};
   return dpsPreload(k, 5);
+}
+
+extern "C" int dpsSelectClusters(void) {
+  const cudaError_t before = cudaPeekAtLastError();
+  int dev = 0, ok = 0;
+  cudaFuncAttributes fa;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&ok, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel) != cudaSuccess) {
+    dpsForgetOwnError(before);
+    return 0;
+  }
+  /* the kernels' cluster code exists in sm_90+ device code only */
+  return ok && fa.binaryVersion >= 90;
 }

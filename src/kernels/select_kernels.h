@@ -33,8 +33,12 @@ extern "C" {
 
 #define DPS_ARGMAX_WORDS 4
 #define DPS_TOPK_WORDS(k) (2 * (k))
-/* Blocks that share one argmax row (partials merged by the last of them). */
-#define DPS_ARGMAX_MAX_CHUNKS 32
+/* Blocks that share one row: one thread-block cluster (portable size), the
+ * partial results folded through distributed shared memory (sm_90+). */
+#define DPS_SEL_MAX_CHUNKS 8
+/* Blocks of the local passes resident per SM (their launch bounds). */
+#define DPS_ARGMAX_BLOCKS_PER_SM 4
+#define DPS_TOPK_BLOCKS_PER_SM 2
 
 /* Where a local kernel's per-row result goes. */
 enum {
@@ -59,10 +63,8 @@ typedef struct {
   long long nvalid; /* columns taking part: clamp(vocab_limit - col0, 0, cols) */
   int k;            /* top-k: 1..DPS_TOPK_MAX; argmax: 1 */
   int want_lse;     /* argmax: accumulate (m, s) */
-  int chunks;       /* argmax: blocks per row, 1..DPS_ARGMAX_MAX_CHUNKS */
-  /* argmax with chunks > 1: partials [rows][chunks][4] and row tickets [rows] (zeroed) */
-  uint32_t* partial;
-  unsigned int* tickets;
+  int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 needs
+                       dpsSelectClusters() */
   int sink;
   dpsSelOut out;          /* DPS_SEL_SINK_FINAL */
   uint32_t* cand;         /* DPS_SEL_SINK_PLAIN */
@@ -95,6 +97,9 @@ cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchArgmaxMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchTopkMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsPreloadSelectKernels(void);
+/* 1 if rows may be split over a cluster of blocks on the current device (the
+ * device launches clusters and the kernels were compiled for sm_90+), else 0. */
+int dpsSelectClusters(void);
 
 #ifdef __cplusplus
 }

@@ -127,7 +127,6 @@ typedef struct {
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* mapped pinned host word */
   unsigned long long* herr_dev;
-  void* sel_scratch; /* argmax / top-k local pass */
 } VrOs;
 
 typedef struct {
@@ -331,7 +330,6 @@ static int vrGroupDestroy(VrGroup* g) {
     cudaFree(r->os.b_mem);
     cudaFree(r->os.out_mem);
     cudaFree(r->os.dstate);
-    cudaFree(r->os.sel_scratch);
     if (r->sel.h_in) selFree(&r->sel);
     if (r->os.herr) cudaFreeHost((void*)r->os.herr);
     for (int k = 0; k < VR_MAX_SETS; ++k) {
@@ -482,9 +480,6 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
       o->herr = (volatile unsigned long long*)h;
       GT_CUDA(cudaHostGetDevicePointer((void**)&o->herr_dev, h, 0));
       o->out = dpsOsOutputsOf(L, o->out_mem, (char*)o->out_mem + vo.bytes);
-      const size_t sb = dpsSelScratchBytes((int64_t)g->max_pad_bs * cfg->n);
-      GT_CUDA(cudaMalloc(&o->sel_scratch, sb));
-      GT_CUDA(cudaMemset(o->sel_scratch, 0, sb));
     }
     if (selAlloc(&r->sel, tp, q, g->v_local, g->max_pad_bs * cfg->n, cfg->dtype, r->s)) return 1;
   }
@@ -1073,7 +1068,7 @@ static int vrSelect(VrGroup* g, int rank, int rows, int64_t limit, int k, int wa
   call.lse = k == 0 && want_lse ? b->d_lse : NULL;
   dpsSelLocalArgs a;
   dpsSelMergeArgs m;
-  dpsOsPlanSelect(&r->os.L, &r->os.common, &r->os.wa, &call, r->os.sel_scratch, vrCap(g->tp),
+  dpsOsPlanSelect(&r->os.L, &r->os.common, &r->os.wa, &call, vrCap(g->tp), dpsSelectClusters(),
                   r->os.common.pdl, &a, &m);
   FX_CHECK_OK(dpsSelLaunchLocal(&a, k, r->s));
   FX_CHECK_OK(dpsSelLaunchMerge(&m, k, r->s));
