@@ -23,7 +23,7 @@ typedef struct {
   uint32_t* sel_recv;
   int64_t sel_rows;
   int sms;
-  int sel_clusters; /* dpsSelectClusters() */
+  dpsSelWaves sel_waves; /* argmax / top-k row split */
 } dpsNcclState;
 
 static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
@@ -90,8 +90,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
                     &b_sel_recv));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  st->sel_clusters = dpsSelectClusters();
-  if ((r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
+  if ((r = dpsSelPlanInit(&st->sel_waves)) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
           dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->sel_recv, b_sel_recv, "selection gather buffer")) !=
           dpsSuccess) {
@@ -111,7 +111,7 @@ static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   const int tp = comm->config.tp_size;
   const int64_t cols = comm->config.vocab_size / tp;
   dpsSelLocalArgs a;
-  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, st->sel_clusters, 0, &a);
+  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, &st->sel_waves, 0, &a);
   if (tp == 1) return dpsSelLaunchLocal(&a, call->k, stream);
   a.sink = DPS_SEL_SINK_PLAIN;
   a.cand = st->sel_send;

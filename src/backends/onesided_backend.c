@@ -76,7 +76,7 @@ typedef struct {
 
   void* outputs; /* the close exchange's words */
   dpsOsOutputs out; /* inside `outputs` */
-  int sel_clusters;  /* rows of argmax / top-k split over clusters (dpsSelectClusters) */
+  dpsSelWaves sel_waves; /* argmax / top-k row split (select_plan.h) */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -469,7 +469,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsAllocVerifyOutputs(comm));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
-  st->sel_clusters = dpsSelectClusters();
+  DPS_CHECK(dpsSelPlanInit(&st->sel_waves));
   st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
   st->off_fail = L->off_fail;
   return windowAlloc(&st->a, L->bytes_a, "flag/staging");
@@ -660,7 +660,7 @@ static dpsResult_t osSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   OsState* st = (OsState*)comm->backend_state;
   dpsSelLocalArgs a;
   dpsSelMergeArgs m;
-  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->maxb, st->sel_clusters, st->pdl, &a,
+  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->maxb, &st->sel_waves, st->pdl, &a,
                   &m);
   DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
   if (st->tp == 1) return dpsSuccess;

@@ -183,10 +183,10 @@ int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dps
 }
 
 void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                     const dpsSelectCall* call, int sms, int clusters, int pdl,
+                     const dpsSelectCall* call, int sms, const dpsSelWaves* waves, int pdl,
                      dpsSelLocalArgs* local, dpsSelMergeArgs* merge) {
   const int64_t cols = L->vocab / L->tp;
-  dpsSelPlanLocal(call, L->rank, cols, sms, clusters, pdl, local);
+  dpsSelPlanLocal(call, L->rank, cols, sms, waves, pdl, local);
   dpsSelPlanMerge(call, L->tp, pdl, merge);
   if (L->tp == 1) return; /* the local pass writes the outputs */
   const int topk = call->k > 0;

@@ -132,10 +132,10 @@ int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dps
                            const dpsOsOutputs* out, dpsOsGatherArgs* args);
 
 /* dpsArgmax / dpsTopK: the local pass and (tp > 1) the merge over window A's
- * candidate staging. sms: the agreed grid cap; clusters: dpsSelectClusters(). */
+ * candidate staging. sms: the agreed grid cap; waves: dpsSelPlanInit's. */
 struct dpsSelectCall;
 void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                     const struct dpsSelectCall* call, int sms, int clusters, int pdl,
+                     const struct dpsSelectCall* call, int sms, const dpsSelWaves* waves, int pdl,
                      dpsSelLocalArgs* local, dpsSelMergeArgs* merge);
 
 #ifdef __cplusplus

@@ -1,26 +1,62 @@
 /* Planning of dpsArgmax / dpsTopK: see select_plan.h. */
 #include "select_plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* A row is split over a cluster of blocks when there are few rows: as many
- * blocks per row as keep the SMs busy without a second wave, each with at
- * least this many columns. */
+ * blocks per row as keep the pass within one wave (dpsSelWaves), each with
+ * at least this many columns. */
 #define ARGMAX_MIN_CHUNK_COLS 2048
 #define TOPK_MIN_CHUNK_COLS 4096
 
 int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
-/* Blocks per row: the largest count <= DPS_SEL_MAX_CHUNKS that keeps
- * rows * chunks within one wave of `slots` blocks, each chunk of at least
- * min_cols columns; 1 without clusters. */
-static int selChunks(int64_t rows, int64_t nvalid, int slots, int min_cols, int clusters) {
-  if (!clusters || rows < 1) return 1;
-  int64_t c = (int64_t)(slots > 0 ? slots : 1) / rows;
-  const int64_t by_cols = nvalid / min_cols;
-  if (c > by_cols) c = by_cols;
-  if (c > DPS_SEL_MAX_CHUNKS) c = DPS_SEL_MAX_CHUNKS;
-  return c < 1 ? 1 : (int)c;
+/* DPSAMPLING_SELECT_SPLIT: the most blocks a row is split over, 1..8
+ * (default 8; 1: one block per row, no clusters). Local to a rank. */
+static int envSplit(void) {
+  uint64_t v = DPS_SEL_MAX_CHUNKS;
+  if (dpsEnvUint("DPSAMPLING_SELECT_SPLIT", &v) < 0 || v < 1 || v > DPS_SEL_MAX_CHUNKS) {
+    dpsLog(DPS_LOG_WARN, "DPSAMPLING_SELECT_SPLIT='%s' is not in [1, %d]; using %d",
+           getenv("DPSAMPLING_SELECT_SPLIT"), DPS_SEL_MAX_CHUNKS, DPS_SEL_MAX_CHUNKS);
+    return DPS_SEL_MAX_CHUNKS;
+  }
+  return (int)v;
+}
+
+dpsResult_t dpsSelPlanInit(dpsSelWaves* w) {
+  memset(w, 0, sizeof *w);
+  const cudaError_t e = dpsSelectWaves(w);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "argmax/topk: occupancy of the local passes: %s",
+                       cudaGetErrorString(e));
+  const int split = envSplit();
+  for (int kind = 0; kind < 2; ++kind)
+    for (int c = split + 1; c <= DPS_SEL_MAX_CHUNKS; ++c) w->rows[kind][c] = 0;
+  const int* am = w->rows[0];
+  const int* tk = w->rows[1];
+  dpsLog(DPS_LOG_INFO,
+         "argmax/topk: rows per wave with 1..8 blocks per row: argmax %d %d %d %d %d %d %d %d, "
+         "top-k %d %d %d %d %d %d %d %d (%d SMs)",
+         am[1], am[2], am[3], am[4], am[5], am[6], am[7], am[8], tk[1], tk[2], tk[3], tk[4], tk[5],
+         tk[6], tk[7], tk[8], w->sms);
+  return dpsSuccess;
+}
+
+_Static_assert(DPS_SEL_MAX_CHUNKS == 8, "dpsSelPlanInit logs 8 counts per kind");
+
+/* Blocks per row: the most (up to DPS_SEL_MAX_CHUNKS) for which `rows` rows
+ * fit one wave on `sms` of the device's SMs, each chunk of at least min_cols
+ * columns; else 1. */
+static int selChunks(const dpsSelWaves* w, int kind, int64_t rows, int64_t nvalid, int sms,
+                     int min_cols) {
+  const int dev_sms = w->sms > 0 ? w->sms : 1;
+  if (sms < 1 || sms > dev_sms) sms = dev_sms;
+  for (int c = DPS_SEL_MAX_CHUNKS; c > 1; --c) {
+    const int64_t wave = (int64_t)w->rows[kind][c] * sms / dev_sms;
+    if (nvalid / c >= min_cols && rows <= wave) return c;
+  }
+  return 1;
 }
 
 /* What the local pass and the merge take alike from a call. */
@@ -34,8 +70,8 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
   return o;
 }
 
-void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, int clusters,
-                     int pdl, dpsSelLocalArgs* a) {
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
+                     const dpsSelWaves* waves, int pdl, dpsSelLocalArgs* a) {
   memset(a, 0, sizeof *a);
   a->logits = call->logits;
   a->rows = call->rows;
@@ -47,9 +83,8 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   a->k = selK(call);
   a->want_lse = selWantLse(call);
   const int topk = call->k > 0;
-  a->chunks = selChunks(call->rows, a->nvalid,
-                        sms * (topk ? DPS_TOPK_BLOCKS_PER_SM : DPS_ARGMAX_BLOCKS_PER_SM),
-                        topk ? TOPK_MIN_CHUNK_COLS : ARGMAX_MIN_CHUNK_COLS, clusters);
+  a->chunks = selChunks(waves, topk, call->rows, a->nvalid, sms,
+                        topk ? TOPK_MIN_CHUNK_COLS : ARGMAX_MIN_CHUNK_COLS);
   a->sink = DPS_SEL_SINK_FINAL;
   a->out = selOut(call);
   a->pdl = pdl;

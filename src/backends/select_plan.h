@@ -17,11 +17,15 @@ extern "C" {
 /* Words of one row's candidates from one rank (argmax: k == 0). */
 int dpsSelWords(int k);
 
+/* The current device's waves of the local passes, DPSAMPLING_SELECT_SPLIT
+ * applied; once per communicator, at creation. */
+dpsResult_t dpsSelPlanInit(dpsSelWaves* w);
+
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
  * DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the SMs the
- * pass may fill (sizes the row split); clusters: dpsSelectClusters(). */
-void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms, int clusters,
-                     int pdl, dpsSelLocalArgs* a);
+ * pass may fill, waves: dpsSelPlanInit's (together: the row split). */
+void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
+                     const dpsSelWaves* waves, int pdl, dpsSelLocalArgs* a);
 
 /* The merge's arguments for `call` (candidates and epoch fields left to the caller). */
 void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs* m);

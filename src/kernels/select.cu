@@ -46,6 +46,10 @@ namespace {
 
 constexpr int ARGMAX_THREADS = 512;
 constexpr int TOPK_THREADS = 512;
+/* resident blocks per SM asked of the compiler (registers: 32 and 64) */
+constexpr int ARGMAX_BLOCKS_PER_SM = 4;
+constexpr int TOPK_BLOCKS_PER_SM = 2;
+constexpr int TOPK_UNROLL = 8; /* vectors in flight per thread in the top-k passes */
 constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
 constexpr uint32_t NO_INDEX = 0xffffffffu;
 constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
@@ -229,8 +233,8 @@ __device__ __forceinline__ void emitWords(const dpsSelLocalArgs& a, long long ro
 /* Calls f.run<C>(j0, v) for every column of [from, to) of the row, each
  * column in exactly one call of one thread, v[t] the value of column j0 + t:
  * a scalar head up to 16-byte alignment (C = 1), 16-byte vectors (C = 4 for
- * fp32, 8 for 16-bit dtypes; four in flight per thread), a scalar tail. */
-template <int DT, typename F>
+ * fp32, 8 for 16-bit dtypes; U in flight per thread), a scalar tail. */
+template <int DT, int U, typename F>
 __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, long long to,
                                              F& f) {
   constexpr int esize = DT == 0 ? 4 : 2;
@@ -245,7 +249,6 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
   const long long vfrom = from + head;
   const long long nvec = (to - vfrom) / per;
   const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
-  constexpr int U = 4;
   for (long long i0 = threadIdx.x; i0 < nvec; i0 += (long long)blockDim.x * U) {
     uint4 q[U];
 #pragma unroll
@@ -278,12 +281,13 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
   }
 }
 
-template <typename F>
+/* U: vectors in flight per thread. */
+template <int U = 4, typename F>
 __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
                                             long long to, F& f) {
-  if (dtype == 1) forEachElemT<1>(rowp, from, to, f);
-  else if (dtype == 2) forEachElemT<2>(rowp, from, to, f);
-  else forEachElemT<0>(rowp, from, to, f);
+  if (dtype == 1) forEachElemT<1, U>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemT<2, U>(rowp, from, to, f);
+  else forEachElemT<0, U>(rowp, from, to, f);
 }
 
 /* Column range [from, to) of chunk `chunk` of `chunks` over n columns. */
@@ -315,7 +319,7 @@ struct ArgVisit {
 };
 
 template <bool LSE>
-__global__ void __launch_bounds__(ARGMAX_THREADS, DPS_ARGMAX_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
     argmaxLocalKernel(dpsSelLocalArgs a) {
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
@@ -496,7 +500,7 @@ __device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long 
    * of them: the one with fewer than k maxima above it and at least k at or
    * above it (every candidate writes the same value) */
   MaxVisit mx{-INFINITY};
-  forEachElem(rowp, a.dtype, from, to, mx);
+  forEachElem<TOPK_UNROLL>(rowp, a.dtype, from, to, mx);
   const int groups = topkGroups(k), gsize = TOPK_THREADS / groups;
   for (int o = gsize >> 1; o > 0; o >>= 1) mx.m = fmaxf(mx.m, __shfl_xor_sync(0xffffffffu, mx.m, o));
   if (threadIdx.x % gsize == 0) s_max[threadIdx.x / gsize] = mx.m;
@@ -505,6 +509,7 @@ __device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long 
   if ((int)threadIdx.x < groups) {
     const float me = s_max[threadIdx.x];
     int gt = 0, ge = 0;
+#pragma unroll 16
     for (int j = 0; j < groups; ++j) {
       const float o = s_max[j];
       gt += o > me;
@@ -518,7 +523,7 @@ __device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long 
 
   /* 2. collect the elements >= t */
   CollectVisit<false> col{t, orderKey(t), a.col0, s_cand, &s_count};
-  forEachElem(rowp, a.dtype, from, to, col);
+  forEachElem<TOPK_UNROLL>(rowp, a.dtype, from, to, col);
   __syncthreads();
   int count = s_count;
   __syncthreads();
@@ -585,6 +590,7 @@ __device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long 
     if ((int)threadIdx.x < count) {
       const u64 me = s_cand[threadIdx.x];
       int above = 0;
+#pragma unroll 8
       for (int j = 0; j < count; ++j) above += s_cand[j] > me;
       if (above < k) sel[above] = me;
     }
@@ -598,7 +604,7 @@ __device__ void topkRange(const dpsSelLocalArgs& a, const char* rowp, long long 
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(TOPK_THREADS, DPS_TOPK_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
     topkLocalKernel(dpsSelLocalArgs a) {
   __shared__ u64 s_sel[DPS_TOPK_MAX];
   __shared__ u64 s_lists[DPS_SEL_MAX_CHUNKS * DPS_TOPK_MAX]; /* block 0: every chunk's list */
@@ -784,16 +790,47 @@ extern "C" cudaError_t dpsPreloadSelectKernels(void) {
   return dpsPreload(k, 5);
 }
 
-extern "C" int dpsSelectClusters(void) {
-  const cudaError_t before = cudaPeekAtLastError();
-  int dev = 0, ok = 0;
-  cudaFuncAttributes fa;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&ok, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
-      cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel) != cudaSuccess) {
-    dpsForgetOwnError(before);
-    return 0;
+/* Rows of one wave of `kernel` split over c blocks, c = 1..DPS_SEL_MAX_CHUNKS. */
+template <typename... KArgs>
+static cudaError_t wavesOf(void (*kernel)(KArgs...), unsigned threads, int sms, int clusters,
+                           int* rows) {
+  int per_sm = 0;
+  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads, 0);
+  if (e != cudaSuccess) return e;
+  rows[0] = 0;
+  rows[1] = per_sm * sms;
+  for (int c = 2; c <= DPS_SEL_MAX_CHUNKS; ++c) {
+    rows[c] = 0;
+    if (!clusters) continue;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)c;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(c * sms * per_sm));
+    cfg.blockDim = dim3(threads);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if ((e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg)) != cudaSuccess) return e;
+    rows[c] = n;
   }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
+  const cudaError_t before = cudaPeekAtLastError();
+  int dev = 0, cl = 0;
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel);
   /* the kernels' cluster code exists in sm_90+ device code only */
-  return ok && fa.binaryVersion >= 90;
+  const int clusters = e == cudaSuccess && cl && fa.binaryVersion >= 90;
+  if (e == cudaSuccess)
+    e = wavesOf(argmaxLocalKernel<false>, ARGMAX_THREADS, w->sms, clusters, w->rows[0]);
+  if (e == cudaSuccess) e = wavesOf(topkLocalKernel, TOPK_THREADS, w->sms, clusters, w->rows[1]);
+  if (e != cudaSuccess) dpsForgetOwnError(before);
+  return e;
 }

@@ -36,9 +36,6 @@ extern "C" {
 /* Blocks that share one row: one thread-block cluster (portable size), the
  * partial results folded through distributed shared memory (sm_90+). */
 #define DPS_SEL_MAX_CHUNKS 8
-/* Blocks of the local passes resident per SM (their launch bounds). */
-#define DPS_ARGMAX_BLOCKS_PER_SM 4
-#define DPS_TOPK_BLOCKS_PER_SM 2
 
 /* Where a local kernel's per-row result goes. */
 enum {
@@ -63,8 +60,8 @@ typedef struct {
   long long nvalid; /* columns taking part: clamp(vocab_limit - col0, 0, cols) */
   int k;            /* top-k: 1..DPS_TOPK_MAX; argmax: 1 */
   int want_lse;     /* argmax: accumulate (m, s) */
-  int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 needs
-                       dpsSelectClusters() */
+  int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 only
+                       where dpsSelectWaves() found clusters of that size launchable */
   int sink;
   dpsSelOut out;          /* DPS_SEL_SINK_FINAL */
   uint32_t* cand;         /* DPS_SEL_SINK_PLAIN */
@@ -97,9 +94,15 @@ cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchArgmaxMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchTopkMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsPreloadSelectKernels(void);
-/* 1 if rows may be split over a cluster of blocks on the current device (the
- * device launches clusters and the kernels were compiled for sm_90+), else 0. */
-int dpsSelectClusters(void);
+/* One wave of a local pass on the current device: rows[kind][c] is how many
+ * rows split over c blocks (a cluster of c when c > 1) are resident at once
+ * (kind 0 argmax, 1 top-k; 0: c blocks per row cannot be launched, as without
+ * clusters, i.e. before sm_90 or without sm_90+ device code). */
+typedef struct {
+  int sms; /* the device's SMs */
+  int rows[2][DPS_SEL_MAX_CHUNKS + 1];
+} dpsSelWaves;
+cudaError_t dpsSelectWaves(dpsSelWaves* w);
 
 #ifdef __cplusplus
 }

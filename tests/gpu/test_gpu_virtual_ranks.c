@@ -98,6 +98,7 @@ static int g_timeout_ms = 2000;
 static int g_blocks_override = 0;
 static int g_sms = 0, g_major = 0, g_pdl_ok = 0;
 static const int g_dev = 0;
+static dpsSelWaves g_sel_waves; /* the argmax / top-k row split */
 
 /* ---- one virtual rank ------------------------------------------------------- */
 typedef struct {
@@ -1068,7 +1069,7 @@ static int vrSelect(VrGroup* g, int rank, int rows, int64_t limit, int k, int wa
   call.lse = k == 0 && want_lse ? b->d_lse : NULL;
   dpsSelLocalArgs a;
   dpsSelMergeArgs m;
-  dpsOsPlanSelect(&r->os.L, &r->os.common, &r->os.wa, &call, vrCap(g->tp), dpsSelectClusters(),
+  dpsOsPlanSelect(&r->os.L, &r->os.common, &r->os.wa, &call, vrCap(g->tp), &g_sel_waves,
                   r->os.common.pdl, &a, &m);
   FX_CHECK_OK(dpsSelLaunchLocal(&a, k, r->s));
   FX_CHECK_OK(dpsSelLaunchMerge(&m, k, r->s));
@@ -1257,6 +1258,7 @@ int main(int argc, char** argv) {
   GT_CUDA(dpsOsPreloadSwapKernels());
   GT_CUDA(dpsOsPreloadGatherKernels());
   GT_CUDA(dpsPreloadSelectKernels());
+  FX_CHECK_OK(dpsSelPlanInit(&g_sel_waves));
   GT_CUDA(vrPreloadSpin());
   if (dpsNcclBackendOps.preload) FX_CHECK_OK(dpsNcclBackendOps.preload());
   GT_CUDA(dpsOsKernelsSupportPdl(&g_pdl_ok));
