@@ -4,11 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A row is split over a cluster of blocks when there are few rows: as many
- * blocks per row as keep the pass within one wave (dpsSelWaves), each with
- * at least this many columns. */
+/* A row is split over a cluster of blocks when there are few rows, within
+ * one wave (dpsSelWaves) and with at least MIN_CHUNK_COLS columns per block.
+ * Measured on one H200 (bf16, docs/performance.md): argmax is fastest at
+ * about one block per SM (64 x 76032: 4.5 us over 2 blocks per row, 5.7 us
+ * over 7, 5.4 us over 1), top-k with chunks of some 16K columns (its merge
+ * grows with the chunks). */
 #define ARGMAX_MIN_CHUNK_COLS 2048
-#define TOPK_MIN_CHUNK_COLS 4096
+#define TOPK_MIN_CHUNK_COLS 16384
 
 int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
@@ -46,15 +49,16 @@ dpsResult_t dpsSelPlanInit(dpsSelWaves* w) {
 _Static_assert(DPS_SEL_MAX_CHUNKS == 8, "dpsSelPlanInit logs 8 counts per kind");
 
 /* Blocks per row: the most (up to DPS_SEL_MAX_CHUNKS) for which `rows` rows
- * fit one wave on `sms` of the device's SMs, each chunk of at least min_cols
- * columns; else 1. */
+ * fit one wave on `sms` of the device's SMs, in at most max_blocks blocks
+ * (0: no limit), each chunk of at least min_cols columns; else 1. */
 static int selChunks(const dpsSelWaves* w, int kind, int64_t rows, int64_t nvalid, int sms,
-                     int min_cols) {
+                     int64_t max_blocks, int min_cols) {
   const int dev_sms = w->sms > 0 ? w->sms : 1;
   if (sms < 1 || sms > dev_sms) sms = dev_sms;
   for (int c = DPS_SEL_MAX_CHUNKS; c > 1; --c) {
     const int64_t wave = (int64_t)w->rows[kind][c] * sms / dev_sms;
-    if (nvalid / c >= min_cols && rows <= wave) return c;
+    if (nvalid / c >= min_cols && rows <= wave && (max_blocks == 0 || rows * c <= max_blocks))
+      return c;
   }
   return 1;
 }
@@ -83,8 +87,8 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   a->k = selK(call);
   a->want_lse = selWantLse(call);
   const int topk = call->k > 0;
-  a->chunks = selChunks(waves, topk, call->rows, a->nvalid, sms,
-                        topk ? TOPK_MIN_CHUNK_COLS : ARGMAX_MIN_CHUNK_COLS);
+  a->chunks = topk ? selChunks(waves, 1, call->rows, a->nvalid, sms, 0, TOPK_MIN_CHUNK_COLS)
+                   : selChunks(waves, 0, call->rows, a->nvalid, sms, sms, ARGMAX_MIN_CHUNK_COLS);
   a->sink = DPS_SEL_SINK_FINAL;
   a->out = selOut(call);
   a->pdl = pdl;

@@ -49,7 +49,7 @@ constexpr int TOPK_THREADS = 512;
 /* resident blocks per SM asked of the compiler (registers: 32 and 64) */
 constexpr int ARGMAX_BLOCKS_PER_SM = 4;
 constexpr int TOPK_BLOCKS_PER_SM = 2;
-constexpr int TOPK_UNROLL = 8; /* vectors in flight per thread in the top-k passes */
+constexpr int TOPK_UNROLL = 4; /* vectors in flight per thread in the top-k passes */
 constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
 constexpr uint32_t NO_INDEX = 0xffffffffu;
 constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
