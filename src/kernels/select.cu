@@ -10,7 +10,9 @@
  * row forming one thread-block cluster: each block reduces its range (vector
  * loads where the row's alignment allows) and stores its partial result into
  * block 0's shared memory; after one cluster barrier block 0 folds them and
- * emits the row's result. (Few rows: the split keeps every SM reading.)
+ * emits the row's result (a first, relaxed cluster barrier, passed long
+ * before, makes sure every block has started before those stores). (Few
+ * rows: the split keeps every SM reading.)
  *
  * Argmax: value and index by compare-and-select; the logsumexp is an online
  * (m, s) pair, rescaled once per vector of 4 or 8 elements.
@@ -105,6 +107,20 @@ __device__ __forceinline__ T* clusterLeader(T* p) {
   return reinterpret_cast<T*>(__cluster_map_shared_rank(p, 0));
 #else
   return p;
+#endif
+}
+
+/* Distributed shared memory may be touched only once every block of the
+ * cluster has started: each thread arrives (relaxed, not waiting) when its
+ * kernel starts, and waits before its first store into another block. */
+__device__ __forceinline__ void clusterArriveStarted() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive_relaxed();
+#endif
+}
+__device__ __forceinline__ void clusterWaitStarted() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_wait();
 #endif
 }
 
@@ -324,9 +340,10 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
   const bool ll = a.sink == DPS_SEL_SINK_LL;
+  if (a.chunks > 1) clusterArriveStarted();
   dpsPdlWait();
   /* e == 0: the communicator failed earlier; a block of a cluster still
-   * takes part in the cluster barrier */
+   * takes part in the cluster barriers */
   const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
   if (e == 0 && a.chunks == 1) return;
   ArgVisit<LSE> vis;
@@ -343,6 +360,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   if (a.chunks > 1) {
     /* every block's partial into block 0, which folds them with one warp */
     __shared__ float4 s_part[DPS_SEL_MAX_CHUNKS];
+    clusterWaitStarted();
     if (threadIdx.x == 0)
       *clusterLeader(&s_part[chunk]) = make_float4(st.v, __uint_as_float(st.i), st.lse.m, st.lse.s);
     clusterBarrier();
@@ -612,8 +630,9 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   const int chunk = (int)(blockIdx.x % a.chunks);
   const int k = a.k;
   const bool ll = a.sink == DPS_SEL_SINK_LL;
+  if (a.chunks > 1) clusterArriveStarted();
   dpsPdlWait();
-  /* e == 0: failed earlier (a block of a cluster still takes part in its barrier) */
+  /* e == 0: failed earlier (a block of a cluster still takes part in its barriers) */
   const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
   if (e == 0 && a.chunks == 1) return;
   const int esize = a.dtype == 0 ? 4 : 2;
@@ -627,6 +646,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   if (a.chunks > 1) {
     /* every chunk's list into block 0, which merges them (chunks are
      * disjoint column ranges: only fillers compare equal) */
+    clusterWaitStarted();
     u64* lists = clusterLeader(s_lists) + chunk * k;
     for (int j = threadIdx.x; j < k; j += blockDim.x) lists[j] = s_sel[j];
     clusterBarrier();
