@@ -63,6 +63,19 @@ static int selChunks(const dpsSelWaves* w, int kind, int64_t rows, int64_t nvali
   return 1;
 }
 
+/* PDL: whether the argmax pass lets its dependent launch as soon as its
+ * reads are done rather than as its blocks exit. Measured on one H200 (bf16,
+ * docs/performance.md): early is faster up to one block per SM (8 x 64640:
+ * 2.69 against 3.01 us) and beyond one wave, but with more than one block
+ * per SM within one wave the early dependents slow the pass (256 x 76032:
+ * 9.95 against 8.24 us). Top-k: early at every size measured. */
+static int earlyRelease(const dpsSelWaves* w, int64_t blocks, int sms) {
+  const int dev_sms = w->sms > 0 ? w->sms : 1;
+  if (sms < 1 || sms > dev_sms) sms = dev_sms;
+  const int64_t wave = (int64_t)w->rows[0][1] * sms / dev_sms;
+  return blocks <= sms || blocks > wave;
+}
+
 /* What the local pass and the merge take alike from a call. */
 static int selK(const dpsSelectCall* call) { return call->k > 0 ? call->k : 1; }
 static int selWantLse(const dpsSelectCall* call) { return call->k == 0 && call->lse != NULL; }
@@ -89,6 +102,7 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   const int topk = call->k > 0;
   a->chunks = topk ? selChunks(waves, 1, call->rows, a->nvalid, sms, 0, TOPK_MIN_CHUNK_COLS)
                    : selChunks(waves, 0, call->rows, a->nvalid, sms, sms, ARGMAX_MIN_CHUNK_COLS);
+  a->early_release = topk || earlyRelease(waves, call->rows * a->chunks, sms);
   a->sink = DPS_SEL_SINK_FINAL;
   a->out = selOut(call);
   a->pdl = pdl;

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   long long from, to;
   chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
   forEachElem(rowp, a.dtype, from, to, vis);
-  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
+  if (a.early_release) dpsPdlRelease(); /* the dependent may be scheduled (it waits for us) */
   ArgState& st = vis.st;
   blockArgReduce<ARGMAX_THREADS, LSE>(st);
 
@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   long long from, to;
   chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
   topkRange(a, rowp, from, to, s_sel);
-  dpsPdlRelease(); /* the merge may be scheduled (it waits for this grid) */
+  if (a.early_release) dpsPdlRelease(); /* the dependent may be scheduled (it waits for us) */
 
   const u64* best = s_sel;
   if (a.chunks > 1) {

@@ -62,6 +62,7 @@ typedef struct {
   int want_lse;     /* argmax: accumulate (m, s) */
   int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 only
                        where dpsSelectWaves() found clusters of that size launchable */
+  int early_release;      /* PDL: let the dependent launch once the reads are done (else at exit) */
   int sink;
   dpsSelOut out;          /* DPS_SEL_SINK_FINAL */
   uint32_t* cand;         /* DPS_SEL_SINK_PLAIN */
