@@ -90,8 +90,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
                     &b_sel_recv));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  if ((r = dpsSelPlanInit(&st->sel_waves)) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
+  dpsSelPlanInit(&st->sel_waves);
+  if ((r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
           dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->sel_recv, b_sel_recv, "selection gather buffer")) !=
           dpsSuccess) {

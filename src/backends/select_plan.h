@@ -18,8 +18,9 @@ extern "C" {
 int dpsSelWords(int k);
 
 /* The current device's waves of the local passes, DPSAMPLING_SELECT_SPLIT
- * applied; once per communicator, at creation. */
-dpsResult_t dpsSelPlanInit(dpsSelWaves* w);
+ * applied; once per communicator, at creation. A failed occupancy query
+ * leaves every row one block (with a warning), never an error. */
+void dpsSelPlanInit(dpsSelWaves* w);
 
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
  * DPS_SEL_SINK_FINAL (the caller changes it for tp > 1). sms: the SMs the

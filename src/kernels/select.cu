@@ -846,8 +846,10 @@ extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel);
-  /* the kernels' cluster code exists in sm_90+ device code only */
-  const int clusters = e == cudaSuccess && cl && fa.binaryVersion >= 90;
+  /* the kernels' cluster code exists in sm_90+ device code only: the PTX
+   * architecture counts (PTX for an older one, JIT-compiled here, reports
+   * the device's binary version but has no cluster code) */
+  const int clusters = e == cudaSuccess && cl && fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
   if (e == cudaSuccess)
     e = wavesOf(argmaxLocalKernel<false>, ARGMAX_THREADS, w->sms, clusters, w->rows[0]);
   if (e == cudaSuccess) e = wavesOf(topkLocalKernel, TOPK_THREADS, w->sms, clusters, w->rows[1]);

@@ -1258,7 +1258,7 @@ int main(int argc, char** argv) {
   GT_CUDA(dpsOsPreloadSwapKernels());
   GT_CUDA(dpsOsPreloadGatherKernels());
   GT_CUDA(dpsPreloadSelectKernels());
-  FX_CHECK_OK(dpsSelPlanInit(&g_sel_waves));
+  dpsSelPlanInit(&g_sel_waves);
   GT_CUDA(vrPreloadSpin());
   if (dpsNcclBackendOps.preload) FX_CHECK_OK(dpsNcclBackendOps.preload());
   GT_CUDA(dpsOsKernelsSupportPdl(&g_pdl_ok));
