@@ -28,7 +28,6 @@ static int envSplit(void) {
 }
 
 void dpsSelPlanInit(dpsSelWaves* w) {
-  memset(w, 0, sizeof *w);
   const cudaError_t e = dpsSelectWaves(w);
   if (e != cudaSuccess) {
     /* the split is only a speed-up: without the table every row is one block */
@@ -51,18 +50,27 @@ void dpsSelPlanInit(dpsSelWaves* w) {
 
 _Static_assert(DPS_SEL_MAX_CHUNKS == 8, "dpsSelPlanInit logs 8 counts per kind");
 
+/* The SMs a pass may fill: `sms`, at most the device's (< 1: all of them). */
+static int budgetSms(const dpsSelWaves* w, int sms) {
+  const int dev_sms = w->sms > 0 ? w->sms : 1;
+  return sms < 1 || sms > dev_sms ? dev_sms : sms;
+}
+
+/* Rows of one wave with c blocks per row on budgetSms(w, sms) SMs. */
+static int64_t waveRows(const dpsSelWaves* w, int kind, int c, int sms) {
+  const int dev_sms = w->sms > 0 ? w->sms : 1;
+  return (int64_t)w->rows[kind][c] * budgetSms(w, sms) / dev_sms;
+}
+
 /* Blocks per row: the most (up to DPS_SEL_MAX_CHUNKS) for which `rows` rows
  * fit one wave on `sms` of the device's SMs, in at most max_blocks blocks
  * (0: no limit), each chunk of at least min_cols columns; else 1. */
 static int selChunks(const dpsSelWaves* w, int kind, int64_t rows, int64_t nvalid, int sms,
                      int64_t max_blocks, int min_cols) {
-  const int dev_sms = w->sms > 0 ? w->sms : 1;
-  if (sms < 1 || sms > dev_sms) sms = dev_sms;
-  for (int c = DPS_SEL_MAX_CHUNKS; c > 1; --c) {
-    const int64_t wave = (int64_t)w->rows[kind][c] * sms / dev_sms;
-    if (nvalid / c >= min_cols && rows <= wave && (max_blocks == 0 || rows * c <= max_blocks))
+  for (int c = DPS_SEL_MAX_CHUNKS; c > 1; --c)
+    if (nvalid / c >= min_cols && rows <= waveRows(w, kind, c, sms) &&
+        (max_blocks == 0 || rows * c <= max_blocks))
       return c;
-  }
   return 1;
 }
 
@@ -73,10 +81,7 @@ static int selChunks(const dpsSelWaves* w, int kind, int64_t rows, int64_t nvali
  * per SM within one wave the early dependents slow the pass (256 x 76032:
  * 9.95 against 8.24 us). Top-k: early at every size measured. */
 static int earlyRelease(const dpsSelWaves* w, int64_t blocks, int sms) {
-  const int dev_sms = w->sms > 0 ? w->sms : 1;
-  if (sms < 1 || sms > dev_sms) sms = dev_sms;
-  const int64_t wave = (int64_t)w->rows[0][1] * sms / dev_sms;
-  return blocks <= sms || blocks > wave;
+  return blocks <= budgetSms(w, sms) || blocks > waveRows(w, 0, 1, sms);
 }
 
 /* What the local pass and the merge take alike from a call. */

@@ -131,7 +131,7 @@ __device__ __forceinline__ void clusterBarrier() {
   __cluster_barrier_arrive(); /* release */
   __cluster_barrier_wait();   /* acquire */
 #else
-  __trap(); /* never launched with chunks > 1 (dpsSelectClusters) */
+  __trap(); /* never launched with chunks > 1 (dpsSelectWaves finds no clusters) */
 #endif
 }
 
@@ -642,7 +642,6 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   topkRange(a, rowp, from, to, s_sel);
   if (a.early_release) dpsPdlRelease(); /* the dependent may be scheduled (it waits for us) */
 
-  const u64* best = s_sel;
   if (a.chunks > 1) {
     /* every chunk's list into block 0, which merges them (chunks are
      * disjoint column ranges: only fillers compare equal) */
@@ -663,7 +662,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   }
 
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const u64 p = best[j];
+    const u64 p = s_sel[j];
     const uint32_t idx = packedIdx(p);
     const float v = packedValue(p);
     if (a.sink == DPS_SEL_SINK_FINAL) {
