@@ -62,24 +62,37 @@ GT_FN int gtBackends(int argc, char** argv, dpsBackend_t* out) {
   return -1;
 }
 
-/* Runs body for every world size in {2, 4, 8} that fits and every backend.
- * A backend whose creation reports dpsUnavailable (all ranks return 77) is
- * reported as skipped, never as passed. */
-GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeout_s) {
-  const int ngpu = fxGpuCount();
-  if (ngpu < 2) {
-    printf("%s: SKIP: needs >= 2 GPUs, found %d\n", name, ngpu);
+/* The start of a test's main: at least min_gpus GPUs (else SKIP, 77), the
+ * backends of argv[1] / $DPS_TEST_BACKEND into backends (*nb of them; 2 when
+ * unknown), and no environment override of the backend the test asks for.
+ * Returns 0 with *ngpu and *nb set, else the exit status. */
+GT_FN int gtStart(const char* name, int min_gpus, int argc, char** argv, dpsBackend_t* backends,
+                  int* nb, int* ngpu) {
+  *ngpu = fxGpuCount();
+  if (*ngpu < min_gpus) {
+    if (min_gpus == 1) printf("%s: SKIP: needs a GPU, found none\n", name);
+    else printf("%s: SKIP: needs >= %d GPUs, found %d\n", name, min_gpus, *ngpu);
     return 77;
   }
-  dpsBackend_t backends[GT_MAX_BACKENDS];
-  const int nb = gtBackends(argc, argv, backends);
-  if (nb < 0) return 2;
+  *nb = gtBackends(argc, argv, backends);
+  if (*nb < 0) return 2;
   /* The tests request backends explicitly: an environment override would
    * silently turn every onesided case into nccl. */
   if (getenv("DPSAMPLING_BACKEND") || getenv("TOKENSPEED_DP_SAMPLING_BACKEND"))
     printf("%s: note: unsetting DPSAMPLING_BACKEND / TOKENSPEED_DP_SAMPLING_BACKEND\n", name);
   unsetenv("DPSAMPLING_BACKEND");
   unsetenv("TOKENSPEED_DP_SAMPLING_BACKEND");
+  return 0;
+}
+
+/* Runs body for every world size in {2, 4, 8} that fits and every backend.
+ * A backend whose creation reports dpsUnavailable (all ranks return 77) is
+ * reported as skipped, never as passed. */
+GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeout_s) {
+  dpsBackend_t backends[GT_MAX_BACKENDS];
+  int nb = 0, ngpu = 0;
+  const int start = gtStart(name, 2, argc, argv, backends, &nb, &ngpu);
+  if (start != 0) return start;
   int failures = 0, passes = 0;
   const int tps[3] = {2, 4, 8};
   for (int t = 0; t < 3; ++t) {

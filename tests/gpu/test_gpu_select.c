@@ -146,16 +146,10 @@ static int rankMain(int rank, int nranks, void* arg) {
 }
 
 int main(int argc, char** argv) {
-  const int ngpu = fxGpuCount();
-  if (ngpu < 1) {
-    printf("test_gpu_select: SKIP: needs a GPU, found none\n");
-    return 77;
-  }
   dpsBackend_t backends[GT_MAX_BACKENDS];
-  const int nb = gtBackends(argc, argv, backends);
-  if (nb < 0) return 2;
-  unsetenv("DPSAMPLING_BACKEND");
-  unsetenv("TOKENSPEED_DP_SAMPLING_BACKEND");
+  int nb = 0, ngpu = 0;
+  const int start = gtStart("test_gpu_select", 1, argc, argv, backends, &nb, &ngpu);
+  if (start != 0) return start;
   int failures = 0;
   const int tps[4] = {1, 2, 4, 8};
   for (int t = 0; t < 4; ++t) {

@@ -287,16 +287,10 @@ static int body2(int rank, int tp, void* p) {
 }
 
 int main(int argc, char** argv) {
-  const int ngpu = fxGpuCount();
-  if (ngpu < 1) {
-    printf("test_gpu_teardown: SKIP: needs a GPU, found none\n");
-    return 77;
-  }
   dpsBackend_t backends[GT_MAX_BACKENDS];
-  const int nb = gtBackends(argc, argv, backends);
-  if (nb < 0) return 2;
-  unsetenv("DPSAMPLING_BACKEND");
-  unsetenv("TOKENSPEED_DP_SAMPLING_BACKEND");
+  int nb = 0, ngpu = 0;
+  const int start = gtStart("test_gpu_teardown", 1, argc, argv, backends, &nb, &ngpu);
+  if (start != 0) return start;
   int failures = 0;
   for (int b = 0; b < nb; ++b) {
     printf("test_gpu_teardown: tp=1 backend=%s\n", dpsBackendName(backends[b]));
