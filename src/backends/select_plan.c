@@ -127,18 +127,19 @@ void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs
   m->pdl = pdl;
 }
 
+/* A launch's status; the message names the operation and the kernel. */
+static dpsResult_t launched(cudaError_t e, int k, const char* kernel, long long rows) {
+  if (e == cudaSuccess) return dpsSuccess;
+  return dpsSetError(dpsCudaError, "%s: %s kernel launch (rows=%lld) failed: %s",
+                     k > 0 ? "topk" : "argmax", kernel, rows, cudaGetErrorString(e));
+}
+
 dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, cudaStream_t stream) {
-  const cudaError_t e = k > 0 ? dpsLaunchTopkLocal(a, stream) : dpsLaunchArgmaxLocal(a, stream);
-  if (e != cudaSuccess)
-    return dpsSetError(dpsCudaError, "%s: local kernel launch (rows=%lld) failed: %s",
-                       k > 0 ? "topk" : "argmax", a->rows, cudaGetErrorString(e));
-  return dpsSuccess;
+  return launched(k > 0 ? dpsLaunchTopkLocal(a, stream) : dpsLaunchArgmaxLocal(a, stream), k,
+                  "local", a->rows);
 }
 
 dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, cudaStream_t stream) {
-  const cudaError_t e = k > 0 ? dpsLaunchTopkMerge(m, stream) : dpsLaunchArgmaxMerge(m, stream);
-  if (e != cudaSuccess)
-    return dpsSetError(dpsCudaError, "%s: merge kernel launch (rows=%lld) failed: %s",
-                       k > 0 ? "topk" : "argmax", m->rows, cudaGetErrorString(e));
-  return dpsSuccess;
+  return launched(k > 0 ? dpsLaunchTopkMerge(m, stream) : dpsLaunchArgmaxMerge(m, stream), k,
+                  "merge", m->rows);
 }
