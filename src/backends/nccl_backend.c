@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "provider.h"
 #include "registry.h"
 #include "kernels/nccl_kernels.h"
 #include "select_plan.h"
@@ -178,7 +179,7 @@ static dpsResult_t nbSwap(dpsComm_t comm, const dpsShape* shape, const void* in,
                              s.esize, stream);
   } else {
     /* the own chunk never goes through NCCL: the permute copies it */
-    if (s.tp > 1) DPS_CHECK(dpsNcclAllToAllSkip(comm->nccl, in, stage, chunk, s.rank, stream));
+    if (s.tp > 1) DPS_CHECK(comm->prov->all_to_all(comm, in, stage, chunk, s.rank, stream));
     e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, src + (size_t)s.rank * chunk, s.rank,
                              s.tp, rows, s.v_local, s.esize, stream);
   }
@@ -198,7 +199,7 @@ static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv
                          dpsGetErrorString(r));
     return dpsSuccess;
   }
-  return dpsNcclAllGather((void*)comm->nccl, send, recv, bytes, stream);
+  return comm->prov->all_gather(comm, send, recv, bytes, stream);
 }
 
 static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int32_t* predict,
@@ -232,16 +233,6 @@ static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
   return nbAllGatherBytes(comm, in, comm->logprobs_out, bytes, stream);
 }
 
-static dpsResult_t nbAsyncError(dpsComm_t comm) {
-  ncclResult_t async = ncclSuccess;
-  if (comm->nccl == NULL) return dpsSuccess;
-  if (ncclCommGetAsyncError(comm->nccl, &async) != ncclSuccess) return dpsSuccess;
-  if (async != ncclSuccess && async != ncclInProgress)
-    return dpsSetError(dpsNcclError, "nccl backend: NCCL communicator async error: %s",
-                       ncclGetErrorString(async));
-  return dpsSuccess;
-}
-
 static dpsResult_t nbPreload(void) {
   cudaError_t e = dpsPreloadSwapPermute();
   if (e == cudaSuccess) e = dpsPreloadVerifyPack();
@@ -262,7 +253,7 @@ const dpsBackendOps dpsNcclBackendOps = {
     .swap = nbSwap,
     .gather_outputs = nbGatherOutputs,
     .gather_logprobs = nbGatherLogprobs,
-    .async_error = nbAsyncError,
+    .async_error = NULL, /* the group's (the provider's) */
     .destroy = nbDestroy,
     .preload = nbPreload,
     .close = NULL, /* nothing collective beyond the NCCL communicator (the core's) */

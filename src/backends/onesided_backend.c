@@ -15,12 +15,12 @@
  *    unpacked from the staging), and dpsOsDevState (epochs, tickets, error);
  *  mapped pinned host memory: the error word the host reads without syncing.
  *
- * Only windows are used: no ncclDevComm (ncclDevCommCreate) is created,
- * because the kernels synchronise with their own flags and a timeout (NCCL's
- * LSA barrier has none). Peer base addresses are read once per window with a
- * tiny kernel calling ncclGetPeerPointer (onesided_setup.cu); the hot kernels
- * take plain pointers. The layout, the kernels' common arguments and every
- * call's plan come from onesided_plan.c, which the virtual-rank tests share.
+ * The windows, their peer addresses and the creation exchanges come from the
+ * communicator's provider (core/provider.h: NCCL symmetric windows in
+ * production, backends/nccl_provider.c). The kernels synchronise with their
+ * own flags and a timeout (NCCL's LSA barrier has none) and take plain
+ * pointers. The layout, the kernels' common arguments and every call's plan
+ * come from onesided_plan.c.
  *
  * Agreed at creation over NCCL (min over ranks), so every rank picks the same
  * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
@@ -37,25 +37,18 @@
 #include <string.h>
 
 #include "internal.h"
+#include "provider.h"
 #include "registry.h"
 #include "kernels/onesided_kernels.h"
-#include "kernels/onesided_setup.h"
 #include "onesided_plan.h"
 #include "select_plan.h"
 
 #define OS_DEFAULT_LL_BYTES (256u * 1024u)
 #define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
-#define OS_WIN_ROUND ((size_t)2 << 20) /* windows are whole 2 MiB granules */
+_Static_assert(DPS_OS_MAX_RANKS <= DPS_PROVIDER_MAX_RANKS, "peer tables");
 
 typedef struct {
-  void* base;
-  size_t size;
-  ncclWindow_t win;
-  char* peer[DPS_OS_MAX_RANKS];
-} OsWindow;
-
-typedef struct {
-  int tp, rank, n, max_reqs;
+  int tp, rank, n;
   int64_t vocab;
   int maxb;          /* agreed grid cap */
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
@@ -66,11 +59,11 @@ typedef struct {
 
   dpsOsLayout lay; /* window layout and capacities (onesided_plan.h) */
 
-  OsWindow a; /* flags + fail area + gather staging */
+  dpsSymMem a; /* flags + fail area + gather staging */
   size_t off_fail; /* = lay.off_fail */
   dpsOsWindows va; /* window A's addresses for the plans */
 
-  OsWindow b; /* swap_out + swap LL staging */
+  dpsSymMem b; /* swap_out + swap LL staging */
   dpsOsWindows vb; /* window B's addresses for the plans (once prepared) */
   int prepared;
 
@@ -81,8 +74,6 @@ typedef struct {
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
 } OsState;
-
-static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static const char* opName(int op) {
   switch (op) {
@@ -123,81 +114,10 @@ static dpsResult_t osAsyncError(dpsComm_t comm) {
                      comm->config.rank, waitName(DPS_OS_ERR_WAIT(w)));
 }
 
-/* Allocates and zeroes a window's memory: local, may fail on one rank only
- * (out of memory), so callers agree on the outcome (agreeStatus) before the
- * collective windowRegister. */
-static dpsResult_t windowAlloc(OsWindow* w, size_t bytes, const char* what) {
-  w->size = roundUp(bytes ? bytes : 1, OS_WIN_ROUND);
-  ncclResult_t nr = ncclMemAlloc(&w->base, w->size);
-  if (nr != ncclSuccess) {
-    w->base = NULL;
-    return dpsSetError(dpsNcclError,
-                       "onesided: ncclMemAlloc(%zu bytes) for the %s window failed: %s (NCCL needs "
-                       "cuMem support, NCCL_CUMEM_ENABLE must not be 0; or use backend=nccl)",
-                       w->size, what, ncclGetErrorString(nr));
-  }
-  /* Zero before registering: no peer can address it before registration
-   * completes on every rank. */
-  DPS_CUDA_CHECK(cudaMemset(w->base, 0, w->size));
-  DPS_CUDA_CHECK(cudaDeviceSynchronize());
-  return dpsSuccess;
-}
-
-/* Registers an allocated window (collective) and fills its peer pointers. */
-static dpsResult_t windowRegister(dpsComm_t comm, OsWindow* w, const char* what) {
-  OsState* st = (OsState*)comm->backend_state;
-  ncclResult_t nr =
-      ncclCommWindowRegister(comm->nccl, w->base, w->size, &w->win, NCCL_WIN_COLL_SYMMETRIC);
-  if (nr != ncclSuccess) {
-    w->win = NULL;
-    return dpsSetError(dpsNcclError,
-                       "onesided: ncclCommWindowRegister(%zu bytes, NCCL_WIN_COLL_SYMMETRIC) for "
-                       "the %s window failed: %s",
-                       w->size, what, ncclGetErrorString(nr));
-  }
-  void* peers[DPS_OS_MAX_RANKS] = {0};
-  cudaError_t ce = dpsOsGetPeerPointers(w->win, st->tp, peers);
-  if (ce != cudaSuccess)
-    return dpsSetError(dpsCudaError, "onesided: reading the peer addresses of the %s window: %s",
-                       what, cudaGetErrorString(ce));
-  for (int r = 0; r < st->tp; ++r) {
-    if (peers[r] == NULL)
-      return dpsSetError(dpsInternalError, "onesided: %s window has no address for rank %d", what,
-                         r);
-    w->peer[r] = (char*)peers[r];
-  }
-  return dpsSuccess;
-}
-
-/* Collective: every rank deregisters the same windows in the same order. */
-static void windowDeregister(dpsComm_t comm, OsWindow* w) {
-  if (w->win == NULL) return;
-  ncclResult_t nr = ncclCommWindowDeregister(comm->nccl, w->win);
-  if (nr != ncclSuccess)
-    dpsLog(DPS_LOG_WARN, "onesided: ncclCommWindowDeregister failed: %s", ncclGetErrorString(nr));
-  w->win = NULL;
-}
-
-/* Local. A window still registered here (the group failed, or the
- * communicator was released without dpsCommClose) keeps its registration:
- * deregistering is collective and a peer may be gone. The registration
- * holds its own reference to the physical memory until the NCCL
- * communicator is destroyed or aborted (at close or release when this
- * library owns it, else when the application tears down the one it lent). */
-static void windowFree(OsWindow* w) {
-  w->win = NULL;
-  if (w->base) {
-    ncclResult_t nr = ncclMemFree(w->base);
-    if (nr != ncclSuccess)
-      dpsLog(DPS_LOG_WARN, "onesided: ncclMemFree failed: %s", ncclGetErrorString(nr));
-    w->base = NULL;
-  }
-}
-
 /* Whether a peer marked itself failed in our fail area (read after our own
  * work finished; an unreadable area counts as failed). */
 static int peerFailed(const OsState* st) {
-  if (st->a.base == NULL || st->a.win == NULL) return 0;
+  if (st->a.base == NULL || !st->a.registered) return 0;
   unsigned long long f[DPS_OS_MAX_RANKS] = {0};
   if (cudaMemcpy(f, (char*)st->a.base + st->off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
@@ -262,21 +182,21 @@ static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
  * in the peers' fail areas make their exchange give up at once. */
 static int osClose(dpsComm_t comm, int failed) {
   OsState* st = (OsState*)comm->backend_state;
-  if (st == NULL || st->a.win == NULL) return failed; /* nothing was registered */
+  if (st == NULL || !st->a.registered) return failed; /* nothing was registered */
   failed = failed || hostErrWord(st) != 0 || peerFailed(st);
   if (st->tp > 1 && hostErrWord(st) == 0) failed = closeExchange(comm, st, failed);
   if (failed) return 1;
   /* same order on every rank (collective deregistration) */
-  windowDeregister(comm, &st->b);
-  windowDeregister(comm, &st->a);
+  comm->prov->sym_deregister(comm, &st->b);
+  comm->prov->sym_deregister(comm, &st->a);
   return 0;
 }
 
 static void osDestroy(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   if (st == NULL) return;
-  windowFree(&st->b);
-  windowFree(&st->a);
+  comm->prov->sym_free(comm, &st->b);
+  comm->prov->sym_free(comm, &st->a);
   dpsDeviceFree(comm, &st->outputs);
   dpsFreeVerifyOutputs(comm);
   dpsDeviceFree(comm, (void**)&st->dstate);
@@ -294,6 +214,21 @@ static uint64_t envLLBytes(void) {
     return OS_DEFAULT_LL_BYTES;
   }
   return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
+}
+
+/* DPSAMPLING_ONESIDED_MAX_BLOCKS: the most blocks any onesided kernel of
+ * this communicator runs (default: the SM count; the swap's blocks must all
+ * be resident at once). Fewer leave SMs to work that overlaps ours, and let
+ * several ranks share one GPU (the virtual-rank tests). Agreed at creation
+ * (the smallest asked). */
+static int64_t envMaxBlocks(int sms) {
+  uint64_t v = (uint64_t)sms;
+  if (dpsEnvUint("DPSAMPLING_ONESIDED_MAX_BLOCKS", &v) < 0 || v < 1) {
+    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_MAX_BLOCKS='%s' is not a positive count; using %d",
+           getenv("DPSAMPLING_ONESIDED_MAX_BLOCKS"), sms);
+    return sms;
+  }
+  return v < (uint64_t)sms ? (int64_t)v : sms;
 }
 
 /* DPSAMPLING_PDL: 1 (default) launches the kernels with programmatic
@@ -356,8 +291,10 @@ static int64_t pciKey(int dev) {
 static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
   const cudaError_t before = cudaPeekAtLastError();
   int ndev = 0, ok = cudaGetDeviceCount(&ndev) == cudaSuccess;
+  const int64_t mine = keys[st->rank];
   for (int r = 0; ok && r < st->tp; ++r) {
-    if (r == st->rank) continue;
+    /* a peer on this very GPU stores into its own device memory */
+    if (r == st->rank || (mine >= 0 && keys[r] == mine)) continue;
     int peer = -1;
     for (int d = 0; d < ndev && peer < 0; ++d)
       if (d != dev && keys[r] >= 0 && pciKey(d) == keys[r]) peer = d;
@@ -371,61 +308,8 @@ static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
   return ok;
 }
 
-/* Element-wise min over ranks (creation: {SM count, LL threshold, gather
- * block size, every rank's PCI address}, then the gather protocol; prepare:
- * the dtype). Blocks the host; never called from an operation's hot path. */
-static dpsResult_t agree(dpsComm_t comm, int64_t* vals, int count) {
-  int64_t* dev = NULL;
-  cudaStream_t s = NULL;
-  dpsResult_t res = dpsSuccess;
-  cudaError_t ce = cudaMalloc((void**)&dev, sizeof(int64_t) * (size_t)count);
-  if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (ce == cudaSuccess)
-    ce = cudaMemcpyAsync(dev, vals, sizeof(int64_t) * (size_t)count, cudaMemcpyHostToDevice, s);
-  if (ce != cudaSuccess) {
-    res = dpsSetError(dpsCudaError, "onesided: creation exchange: %s", cudaGetErrorString(ce));
-    goto out;
-  }
-  ncclResult_t nr = ncclAllReduce(dev, dev, (size_t)count, ncclInt64, ncclMin, comm->nccl, s);
-  if (nr != ncclSuccess) {
-    res = dpsSetError(dpsNcclError, "onesided: creation exchange: ncclAllReduce failed: %s",
-                      ncclGetErrorString(nr));
-    goto out;
-  }
-  ce = cudaMemcpyAsync(vals, dev, sizeof(int64_t) * (size_t)count, cudaMemcpyDeviceToHost, s);
-  if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
-  if (ce != cudaSuccess)
-    res = dpsSetError(dpsCudaError, "onesided: creation exchange: %s", cudaGetErrorString(ce));
-out:
-  if (s) cudaStreamDestroy(s);
-  if (dev) cudaFree(dev);
-  return res;
-}
-
-/* Every rank calls this at the same point with the status of its local
- * work since the last exchange. A rank that failed returns its own error;
- * the others return dpsSystemError naming the step, instead of going on into
- * a collective (window registration) the failed rank will never join. */
-static dpsResult_t agreeStatus(dpsComm_t comm, dpsResult_t local, const char* step) {
-  int64_t ok = local == dpsSuccess ? 1 : 0;
-  if (local != dpsSuccess) {
-    /* keep this rank's own message, whatever the exchange says */
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", dpsGetLastError());
-    (void)agree(comm, &ok, 1);
-    return dpsSetError(local, "%s", msg);
-  }
-  DPS_CHECK(agree(comm, &ok, 1));
-  if (!ok)
-    return dpsSetError(dpsSystemError,
-                       "onesided rank %d: %s failed on another rank (see that rank's error); "
-                       "every rank fails",
-                       comm->config.rank, step);
-  return dpsSuccess;
-}
-
 /* The kernels' common arguments: fixed once window A exists. */
-static dpsOsWindows windowView(const OsWindow* w, int tp) {
+static dpsOsWindows windowView(const dpsSymMem* w, int tp) {
   dpsOsWindows v;
   memset(&v, 0, sizeof v);
   v.base = (char*)w->base;
@@ -472,7 +356,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   dpsSelPlanInit(&st->sel_waves);
   st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
   st->off_fail = L->off_fail;
-  return windowAlloc(&st->a, L->bytes_a, "flag/staging");
+  return comm->prov->sym_alloc(comm, &st->a, L->bytes_a, "flag/staging");
 }
 
 static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
@@ -480,7 +364,6 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   st->tp = cfg->tp_size;
   st->rank = cfg->rank;
   st->n = cfg->num_tokens_per_req;
-  st->max_reqs = cfg->max_pad_bs / cfg->tp_size;
   st->vocab = cfg->vocab_size;
   if (st->tp > DPS_OS_MAX_RANKS)
     return dpsSetError(dpsUnavailable,
@@ -493,7 +376,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   /* {SM count, LL threshold, gather block size, PCI address of every rank
    * (others' slots at INT64_MAX, so the min fills them in)} */
   int64_t vals[3 + DPS_OS_MAX_RANKS];
-  vals[0] = sms;
+  vals[0] = envMaxBlocks(sms);
   vals[1] = (int64_t)envLLBytes();
   const int askedThreads = envGatherThreads();
   vals[2] = askedThreads;
@@ -501,7 +384,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   const int64_t myKey = pciKey(comm->device);
   if (myKey < 0 && before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
   for (int r = 0; r < st->tp; ++r) vals[3 + r] = r == st->rank ? myKey : INT64_MAX;
-  DPS_CHECK(agree(comm, vals, 3 + st->tp));
+  DPS_CHECK(dpsAgreeMin(comm, vals, 3 + st->tp));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
   /* A gather block waits for lines its peers' same-numbered block stores,
@@ -522,7 +405,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
     proto = DPS_OS_PROTO_LL;
   }
   const int64_t asked = proto;
-  DPS_CHECK(agree(comm, &proto, 1));
+  DPS_CHECK(dpsAgreeMin(comm, &proto, 1));
   st->gproto = (int)proto;
   if (asked != proto)
     dpsLog(DPS_LOG_WARN,
@@ -545,8 +428,12 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
     }
   }
 
-  DPS_CHECK(agreeStatus(comm, initLocal(comm, st), "allocating the onesided buffers"));
-  DPS_CHECK(windowRegister(comm, &st->a, "flag/staging"));
+  /* Symmetric memory that is unavailable is dpsUnavailable on every rank
+   * (auto then falls back to nccl): agreed before anyone registers, and
+   * again on what the registration handed out. */
+  DPS_CHECK(dpsAgreeStatus(comm, initLocal(comm, st), "onesided buffers"));
+  DPS_CHECK(dpsAgreeStatus(comm, comm->prov->sym_register(comm, &st->a, "flag/staging"),
+                           "onesided window registration"));
   st->common = buildCommon(comm, st);
 
   dpsLog(DPS_LOG_INFO,
@@ -579,11 +466,11 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
    * prepare decides it), and a rank that ran out of memory must not leave
    * the others in the collective registration. */
   dpsResult_t local = dpsOsLayoutPrepare(&st->lay, esize);
-  if (local == dpsSuccess) local = windowAlloc(&st->b, st->lay.bytes_b, "swap output");
+  if (local == dpsSuccess) local = comm->prov->sym_alloc(comm, &st->b, st->lay.bytes_b, "swap output");
   char msg[512] = "";
   if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
   int64_t x[3] = {(int64_t)comm->dtype, -(int64_t)comm->dtype, local == dpsSuccess ? 1 : 0};
-  dpsResult_t r = agree(comm, x, 3);
+  dpsResult_t r = dpsAgreeMin(comm, x, 3);
   if (r == dpsSuccess && local != dpsSuccess) r = dpsSetError(local, "%s", msg);
   if (r == dpsSuccess && x[0] != -x[1])
     r = dpsSetError(dpsInvalidUsage,
@@ -597,10 +484,10 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
                     "rank's error); every rank fails",
                     st->rank);
   if (r != dpsSuccess) {
-    windowFree(&st->b); /* memory only: nothing was registered */
+    comm->prov->sym_free(comm, &st->b); /* memory only: nothing was registered */
     return r;
   }
-  DPS_CHECK(windowRegister(comm, &st->b, "swap output"));
+  DPS_CHECK(comm->prov->sym_register(comm, &st->b, "swap output"));
   st->vb = windowView(&st->b, st->tp);
   comm->swap_out = st->b.base;
   st->prepared = 1;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "provider.h"
 
 #define DPS_DEFAULT_TIMEOUT_MS 5000
 
@@ -103,35 +104,13 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
   static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
                                  "logits_dtype", "backend", "timeout_ms", "max_topk", "status"};
   if (tp == 1) return local;
-  int64_t* dev = NULL;
   int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
   if (all == NULL) return dpsSetError(dpsSystemError, "out of host memory");
-  dpsResult_t res = dpsSuccess;
-  cudaStream_t s = NULL;
-  if (cudaMalloc((void**)&dev, sizeof(int64_t) * K * (size_t)(tp + 1)) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    res = dpsSetError(dpsCudaError, "creation: cannot allocate the agreement buffer");
-    goto out;
-  }
-  /* On `s`, so that the all-gather below is ordered after the copy (a plain
-   * cudaMemcpy from pageable memory may return before the data landed, and
-   * `s` is a non-blocking stream). */
-  if (cudaMemcpyAsync(dev + K * tp, mine, sizeof mine, cudaMemcpyHostToDevice, s) != cudaSuccess) {
-    res = dpsSetError(dpsCudaError, "creation: cudaMemcpy failed");
-    goto out;
-  }
-  ncclResult_t nr = ncclAllGather(dev + K * tp, dev, K * sizeof(int64_t), ncclInt8, comm->nccl, s);
-  if (nr != ncclSuccess) {
-    res = dpsSetError(dpsNcclError, "creation: ncclAllGather failed: %s", ncclGetErrorString(nr));
-    goto out;
-  }
-  if (cudaStreamSynchronize(s) != cudaSuccess ||
-      cudaMemcpy(all, dev, sizeof(int64_t) * K * (size_t)tp, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    res = dpsSetError(dpsCudaError, "creation: agreement exchange failed");
-    goto out;
-  }
+  char msg[512] = "";
+  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
+  dpsResult_t res = comm->prov->exchange(comm, mine, all, K);
   if (local != dpsSuccess) {
-    res = local; /* this rank's own message stays the last error */
+    res = dpsSetError(local, "%s", msg); /* this rank's own message stays the last error */
     goto out;
   }
   for (int r = 0; r < tp && res == dpsSuccess; ++r)
@@ -156,8 +135,6 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
         break;
       }
 out:
-  if (s) cudaStreamDestroy(s);
-  cudaFree(dev);
   free(all);
   return res;
 }
@@ -172,11 +149,6 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r) {
  * failed together, so nothing collective is owed; free it at once. */
 void dpsCommFreeUnused(dpsComm_t comm) {
   if (comm == NULL) return;
-  if (comm->detached) {
-    if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
-    free(comm);
-    return;
-  }
   dpsCommFreeNow(comm);
 }
 
@@ -191,17 +163,27 @@ dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
   return dpsSuccess;
 }
 
-static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const dpsConfig_t* config,
-                              int device) {
+/* Loads the backend's kernels and runs its init. */
+static dpsResult_t initBackend(dpsComm_t comm, const dpsBackendOps* ops) {
+  comm->ops = ops;
+  if (ops->preload) DPS_CHECK(ops->preload());
+  return ops->init(comm);
+}
+
+dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
+                          const dpsProvider* provider, void* provider_ctx, struct ncclComm* nccl,
+                          int owns_nccl, const dpsBackendOps* ops) {
   dpsComm_t comm = (dpsComm_t)calloc(1, sizeof *comm);
   if (comm == NULL) {
-    if (owns) ncclCommDestroy(nccl);
+    if (owns_nccl) ncclCommDestroy(nccl);
     return dpsSetError(dpsSystemError, "out of host memory");
   }
   comm->config = *config;
   comm->device = device;
   comm->nccl = nccl;
-  comm->owns_nccl = owns;
+  comm->owns_nccl = owns_nccl;
+  comm->prov = provider;
+  comm->prov_ctx = provider_ctx;
   comm->dtype = dpsDtypeUnset;
   comm->config.cuda_device = device;
   (void)dpsReleasePending(NULL); /* creation is a safe point */
@@ -212,51 +194,74 @@ static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const d
   dpsResult_t local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
   if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
 
-  int count = 0, urank = 0;
-  if (ncclCommCount(nccl, &count) != ncclSuccess || ncclCommUserRank(nccl, &urank) != ncclSuccess) {
-    res = dpsSetError(dpsNcclError, "cannot query the NCCL communicator");
-    goto fail;
-  }
-  if (count != config->tp_size || urank != config->rank) {
-    res = dpsSetError(dpsInvalidArgument,
-                      "the NCCL communicator has %d ranks and this is rank %d, but tp_size=%d "
-                      "rank=%d",
-                      count, urank, config->tp_size, config->rank);
-    goto fail;
-  }
   /* auto resolves to onesided when its probe says the group can run it */
   const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
-  const int reachable = os != NULL && os->available(nccl);
+  const int reachable = os != NULL && os->available(comm);
   comm->backend = (dpsBackend_t)-1;
   if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
   const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
   if (local == dpsSuccess && be == NULL)
     local = dpsSetError(dpsInternalError, "backend %s has no implementation",
                         dpsBackendName(comm->backend));
-  if (local == dpsSuccess && be->ops->preload) local = be->ops->preload();
-  if (local == dpsSuccess) local = dpsTeardownInit(comm);
+  if (ops == NULL && be != NULL) ops = be->ops;
+  if (local == dpsSuccess && ops->preload) local = ops->preload();
+  if (local == dpsSuccess) local = provider->device->init(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
 
-  comm->ops = be->ops;
-  res = comm->ops->init(comm);
+  comm->ops = ops;
+  res = ops->init(comm);
+  /* dpsUnavailable from a backend's init is agreed by every rank (e.g. no
+   * symmetric memory for onesided): auto falls back to nccl */
+  if (res == dpsUnavailable && config->backend == dpsBackendAuto &&
+      comm->backend == dpsBackendOnesided && ops == be->ops) {
+    dpsLog(DPS_LOG_INFO, "rank %d: backend=auto: onesided is unavailable (%s); using nccl",
+           config->rank, dpsGetLastError());
+    if (ops->destroy) ops->destroy(comm);
+    comm->backend = dpsBackendNccl;
+    res = initBackend(comm, dpsBackendLookup(dpsBackendNccl)->ops);
+  }
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {
     res = dpsCommPrepareDtype(comm, config->logits_dtype);
     if (res != dpsSuccess) goto fail;
   }
   dpsLog(DPS_LOG_INFO,
-         "rank %d/%d device %d: backend=%s (requested %s, onesided reachable=%d) max_pad_bs=%d "
-         "N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
+         "rank %d/%d device %d: backend=%s (requested %s, onesided reachable=%d, provider %s) "
+         "max_pad_bs=%d N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
          config->rank, config->tp_size, device, dpsBackendName(comm->backend),
-         dpsBackendName(config->backend), reachable, config->max_pad_bs,
+         dpsBackendName(config->backend), reachable, provider->name, config->max_pad_bs,
          config->num_tokens_per_req, config->vocab_size, dpsDataTypeName(comm->dtype),
          comm->timeout_ms, comm->initialized ? "" : " (buffers for the logits dtype deferred)");
+  dpsClearError();
   *out = comm;
   return dpsSuccess;
 fail:
   dpsCommFreeUnused(comm);
   return res;
+}
+
+/* The NCCL communicator must be the group the config describes. */
+static dpsResult_t checkNcclGroup(ncclComm_t nccl, const dpsConfig_t* config) {
+  int count = 0, urank = 0;
+  if (ncclCommCount(nccl, &count) != ncclSuccess || ncclCommUserRank(nccl, &urank) != ncclSuccess)
+    return dpsSetError(dpsNcclError, "cannot query the NCCL communicator");
+  if (count != config->tp_size || urank != config->rank)
+    return dpsSetError(dpsInvalidArgument,
+                       "the NCCL communicator has %d ranks and this is rank %d, but tp_size=%d "
+                       "rank=%d",
+                       count, urank, config->tp_size, config->rank);
+  return dpsSuccess;
+}
+
+static dpsResult_t createComm(dpsComm_t* out, ncclComm_t nccl, int owns, const dpsConfig_t* config,
+                              int device) {
+  dpsResult_t r = checkNcclGroup(nccl, config);
+  if (r != dpsSuccess) {
+    if (owns) ncclCommDestroy(nccl);
+    return r;
+  }
+  return dpsCommCreate(out, config, device, &dpsNcclProvider, NULL, nccl, owns, NULL);
 }
 
 /* The device ordinal to use, checked to be a usable CUDA device: without a
@@ -354,19 +359,26 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
  * Thread-safe against itself (dpsCommGetAsyncError on a watchdog thread
  * while another thread runs operations): the backends' async_error reads
  * state the kernels or NCCL publish, and the sticky word is atomic. */
+dpsResult_t dpsCommAsyncError(dpsComm_t comm) {
+  if (comm->ops && comm->ops->async_error) DPS_CHECK(comm->ops->async_error(comm));
+  if (comm->prov->async_error) DPS_CHECK(comm->prov->async_error(comm));
+  return dpsSuccess;
+}
+
 dpsResult_t dpsCommHealth(dpsComm_t comm) {
   const int stuck = atomic_load(&comm->sticky_error);
   if (stuck) {
     const dpsResult_t sticky = (dpsResult_t)stuck;
-    /* Prefer the backend's own account (it names the peer); else say what happened. */
-    if (comm->ops->async_error == NULL || comm->ops->async_error(comm) == dpsSuccess)
+    /* Prefer the backend's or the group's own account (it names the peer);
+     * else say what happened. */
+    if (dpsCommAsyncError(comm) == dpsSuccess)
       dpsSetError(sticky,
                   "the communicator failed earlier with %s; destroy it and create a new one",
                   dpsGetErrorString(sticky));
     return sticky;
   }
-  if (comm->ops->async_error) {
-    dpsResult_t r = comm->ops->async_error(comm);
+  {
+    dpsResult_t r = dpsCommAsyncError(comm);
     if (r != dpsSuccess) {
       const dpsResult_t stands = dpsCommMarkFailed(comm, r);
       if (stands != r) /* another thread recorded a different failure first */
@@ -472,16 +484,15 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
   return dpsSuccess;
 }
 
-/* Switches to the communicator's device and inspects the stream (detached
- * communicators have neither). */
+/* Switches to the communicator's device and inspects the stream. */
 dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x) {
   x->capturing = 0;
   x->capture_id = 0;
   x->stream = stream;
   x->g.switched = 0;
-  if (comm->detached) return dpsSuccess;
-  DPS_CHECK(dpsDeviceEnter(&x->g, comm->device));
-  dpsResult_t r = checkStream(comm, op, stream, &x->capturing, &x->capture_id);
+  DPS_CHECK(comm->prov->device->enter(comm, &x->g));
+  dpsResult_t r =
+      comm->prov->device->inspect_stream(comm, op, stream, &x->capturing, &x->capture_id);
   if (r != dpsSuccess) dpsDeviceLeave(&x->g);
   return r;
 }
@@ -489,10 +500,19 @@ dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsO
 /* Ends an operation; `r` is its outcome. Successful work is noted for
  * teardown (dpsNoteWork). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r) {
-  if (comm->detached) return;
   if (r == dpsSuccess) dpsNoteWork(comm, x->stream, x->capturing, x->capture_id);
   dpsDeviceLeave(&x->g);
 }
+
+static dpsResult_t cudaEnter(dpsComm_t comm, dpsDeviceGuard* g) {
+  return dpsDeviceEnter(g, comm->device);
+}
+
+const dpsDeviceHooks dpsCudaDeviceHooks = {
+    .init = dpsTeardownInit,
+    .enter = cudaEnter,
+    .inspect_stream = checkStream,
+};
 
 /* After dpsCommClose every operation is refused. */
 dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op) {
@@ -512,7 +532,7 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, "prepare_verify_outputs", NULL, &x));
   dpsResult_t r = dpsCommPrepareDtype(comm, dtype);
-  if (!comm->detached) dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
+  dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
   return r;
 }
 

@@ -132,8 +132,8 @@ typedef struct dpsBackendOps {
 typedef struct {
   dpsBackend_t id;
   const char* name;
-  /* Whether the backend can run on the group of nccl_comm (local probe). */
-  int (*available)(ncclComm_t nccl_comm);
+  /* Whether the backend can run on the communicator's group (local probe). */
+  int (*available)(dpsComm_t comm);
   const dpsBackendOps* ops;
 } dpsBackendEntry;
 /* The entry of a resolved backend (dpsBackendNccl, dpsBackendOnesided), or NULL. */
@@ -154,9 +154,12 @@ struct dpsComm {
    * dpsCommGetAsyncError may run on another thread than the operations. */
   _Atomic int sticky_error;
 
+  /* The group (core/provider.h): where memory, exchanges and collectives
+   * come from. nccl: the NCCL provider's communicator. */
+  const struct dpsProvider* prov;
+  void* prov_ctx;
   ncclComm_t nccl;
   int owns_nccl;
-  int detached;           /* tests' detached communicator: no NCCL, no device state */
 
   dpsCollectives_t coll;  /* NULL members: NCCL */
 
@@ -186,7 +189,7 @@ struct dpsComm {
 };
 
 /* Switches to comm->device, remembering the caller's device. */
-typedef struct {
+typedef struct dpsDeviceGuard {
   int prev;
   int switched;
 } dpsDeviceGuard;
@@ -227,14 +230,14 @@ void dpsCommFreeNow(dpsComm_t comm);
 
 /* ---- the operations' common steps (core/comm.c) ------------------------- */
 /* An operation's view of its stream. */
-typedef struct {
+typedef struct dpsOpCtx {
   dpsDeviceGuard g;
   cudaStream_t stream;
   int capturing;
   unsigned long long capture_id;
 } dpsOpCtx;
 /* Switches to the communicator's device and inspects the stream (capture
- * state, device); detached communicators have neither. */
+ * state, device), through the provider's device hooks. */
 dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
 /* Ends an operation whose outcome is r (successful work is noted for teardown). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r);
@@ -259,10 +262,11 @@ static inline cudaError_t dpsStreamCaptureInfo(cudaStream_t stream,
 dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op);
 /* The communicator's error, making an asynchronous one sticky. */
 dpsResult_t dpsCommHealth(dpsComm_t comm);
+/* The backend's, then the group's asynchronous error (non-blocking). */
+dpsResult_t dpsCommAsyncError(dpsComm_t comm);
 
-/* Creation's steps that the test support's detached communicator reuses
- * (core/comm.c): the effective timeout, fixing the dtype (backend prepare),
- * and freeing a communicator that never became usable. */
+/* Creation's steps (core/comm.c): the effective timeout, fixing the dtype
+ * (backend prepare), and freeing a communicator that never became usable. */
 dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
 dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype);
 void dpsCommFreeUnused(dpsComm_t comm);

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "provider.h"
 
 void dpsRelaxEnter(dpsCaptureRelax* r) {
   r->prev = cudaStreamCaptureModeRelaxed;
@@ -82,7 +83,7 @@ void dpsFreeVerifyOutputs(dpsComm_t comm) {
 }
 
 void dpsNoteWork(dpsComm_t comm, cudaStream_t stream, int capturing, unsigned long long capture_id) {
-  if (comm->detached) return;
+  if (comm->work_done == NULL) return; /* no device (the CPU tests' provider) */
   int free_slot = -1;
   for (int i = 0; i < DPS_MAX_CAPTURES; ++i) {
     /* the stream's earlier capture has ended (it runs uncaptured work or a
@@ -130,6 +131,7 @@ static long long nowMs(void) {
 
 /* Waits for the communicator's own uncaptured work, at most `ms`. */
 static int waitOwnWork(dpsComm_t comm, int ms) {
+  if (comm->work_done == NULL) return 1; /* nothing was ever enqueued */
   const long long deadline = nowMs() + ms;
   for (;;) {
     cudaError_t e = cudaEventQuery(comm->work_done);
@@ -152,11 +154,8 @@ void dpsCommFreeNow(dpsComm_t comm) {
   if (comm->aux != NULL && comm->work_done != NULL)
     (void)cudaStreamWaitEvent(comm->aux, comm->work_done, 0);
   if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
-  if (comm->owns_nccl && comm->nccl) {
-    /* Not closed (or closed without reaching this step): no collective now. */
-    ncclCommAbort(comm->nccl);
-    comm->nccl = NULL;
-  }
+  /* Not closed (or closed without reaching this step): no collective now. */
+  if (comm->prov) comm->prov->finish(comm, 1);
   if (comm->work_done) (void)cudaEventDestroy(comm->work_done);
   if (comm->aux) (void)cudaStreamDestroy(comm->aux); /* its queued frees still run */
   (void)cudaGetLastError();
@@ -179,7 +178,7 @@ dpsResult_t dpsReleasePending(int* still_pending) {
     dpsComm_t c = list;
     list = c->next_pending;
     dpsDeviceGuard g;
-    int entered = dpsDeviceEnter(&g, c->device) == dpsSuccess;
+    int entered = c->prov->device->enter(c, &g) == dpsSuccess;
     cudaError_t q = entered && c->work_done ? cudaEventQuery(c->work_done) : cudaSuccess;
     if (q == cudaErrorNotReady) {
       c->next_pending = keep;
@@ -206,11 +205,6 @@ dpsResult_t dpsReleasePending(int* still_pending) {
 
 dpsResult_t dpsCommRelease(dpsComm_t comm) {
   if (comm == NULL) return dpsSuccess;
-  if (comm->detached) { /* no device state: nothing to defer */
-    if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
-    free(comm);
-    return dpsSuccess;
-  }
   pthread_mutex_lock(&g_pending_lock);
   comm->next_pending = g_pending;
   g_pending = comm;
@@ -222,12 +216,8 @@ dpsResult_t dpsCommClose(dpsComm_t comm) {
   static const char* what = "dpsCommClose";
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", what);
   if (comm->closed) return dpsSuccess;
-  if (comm->detached) {
-    comm->closed = 1;
-    return dpsSuccess;
-  }
   dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, comm->device));
+  DPS_CHECK(comm->prov->device->enter(comm, &g));
   dpsResult_t r = checkNotCaptured(comm, what);
   if (r != dpsSuccess) {
     dpsDeviceLeave(&g);
@@ -246,18 +236,14 @@ dpsResult_t dpsCommClose(dpsComm_t comm) {
            comm->config.rank, wait_ms);
     (void)dpsCommMarkFailed(comm, dpsTimeout);
   }
-  if (comm->ops && comm->ops->async_error && !atomic_load(&comm->sticky_error)) {
-    dpsResult_t a = comm->ops->async_error(comm);
+  if (!atomic_load(&comm->sticky_error)) {
+    dpsResult_t a = dpsCommAsyncError(comm);
     if (a != dpsSuccess) (void)dpsCommMarkFailed(comm, a);
   }
   int failed = atomic_load(&comm->sticky_error) != 0;
   if (comm->ops && comm->ops->close) failed = comm->ops->close(comm, failed);
   if (failed) (void)dpsCommMarkFailed(comm, dpsTimeout);
-  if (comm->owns_nccl && comm->nccl) {
-    if (failed) ncclCommAbort(comm->nccl);
-    else ncclCommDestroy(comm->nccl);
-  }
-  comm->nccl = NULL; /* a borrowed one may go now */
+  comm->prov->finish(comm, failed);
   comm->closed = 1;
   (void)cudaGetLastError();
   dpsRelaxLeave(&relax);

@@ -1,5 +1,5 @@
-/* Operation argument checks shared by every backend, on a detached
- * communicator whose backend only records what reaches it (no GPU needed):
+/* Operation argument checks shared by every backend, on a communicator
+ * of the host-only test provider whose backend only records what reaches it (no GPU needed):
  * bad calls fail with a message naming the argument, reach no backend and
  * write no output; good calls reach the backend once and return the
  * persistent buffers; dtype locking and sticky asynchronous errors. */
@@ -90,7 +90,7 @@ static int testSwapChecks(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsBfloat16);
   dpsComm_t comm;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
   FX_CHECK(rec.init == 1 && rec.prepare == 1, "init=%d prepare=%d", rec.init, rec.prepare);
   void* out = SENTINEL;
   /* pad_bs: 0, negative, above max, not a multiple of tp */
@@ -147,7 +147,7 @@ static int testGatherChecks(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsDtypeUnset);
   dpsComm_t comm;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   int32_t p[4], ai[4], al[4];
   float lp[4];
   int32_t *po = SENTINEL, *aio = SENTINEL, *alo = SENTINEL;
@@ -192,7 +192,7 @@ static int testDtypeLock(void) {
   dpsConfig_t cfg = config(dpsDtypeUnset);
   dpsComm_t comm;
   dpsCommInfo_t info;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_OK(dpsCommGetInfo(comm, &info));
   FX_CHECK(!info.initialized && info.logits_dtype == dpsDtypeUnset && rec.prepare == 0,
            "dtype unset must defer the swap buffers");
@@ -211,7 +211,7 @@ static int testDtypeLock(void) {
 
   /* prepare first fixes the dtype for the later swap */
   memset(&rec, 0, sizeof rec);
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
   FX_CHECK_OK(dpsCommPrepare(comm, dpsFloat32));
   FX_CHECK(rec.prepare == 1, "prepare ran %d times", rec.prepare);
@@ -225,7 +225,7 @@ static int testStickyAsyncError(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsBfloat16);
   dpsComm_t comm;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   dpsResult_t async = dpsInternalError;
   FX_CHECK_OK(dpsCommGetAsyncError(comm, &async));
   FX_CHECK(async == dpsSuccess, "fresh comm reports %s", dpsGetErrorString(async));
@@ -283,7 +283,7 @@ static int testWatchdogThread(void) {
   dpsConfig_t cfg = config(dpsBfloat16);
   Watch w;
   memset(&w, 0, sizeof w);
-  FX_CHECK_OK(dpsCommCreateDetached(&w.comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&w.comm, &cfg, dpsBackendOnesided, &kFake));
   pthread_t t;
   FX_CHECK(pthread_create(&t, NULL, watchdog, &w) == 0, "pthread_create");
   int failed_at = -1;
@@ -316,17 +316,17 @@ static int testTimeoutEnv(void) {
   dpsComm_t comm;
   dpsCommInfo_t info;
   unsetenv("DPSAMPLING_TIMEOUT_MS");
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_OK(dpsCommGetInfo(comm, &info));
   FX_CHECK(info.timeout_ms == 5000, "default timeout %d ms", info.timeout_ms);
   FX_CHECK_OK(dpsCommDestroy(comm));
   setenv("DPSAMPLING_TIMEOUT_MS", "250", 1);
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_OK(dpsCommGetInfo(comm, &info));
   FX_CHECK(info.timeout_ms == 250, "env timeout %d ms", info.timeout_ms);
   FX_CHECK_OK(dpsCommDestroy(comm));
   cfg.timeout_ms = 40; /* the config wins over the environment */
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_OK(dpsCommGetInfo(comm, &info));
   FX_CHECK(info.timeout_ms == 40, "config timeout %d ms", info.timeout_ms);
   FX_CHECK_OK(dpsCommDestroy(comm));
@@ -335,7 +335,7 @@ static int testTimeoutEnv(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     setenv("DPSAMPLING_TIMEOUT_MS", bad[i], 1);
     comm = SENTINEL;
-    FX_CHECK_ERR(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake),
+    FX_CHECK_ERR(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake),
                  dpsInvalidArgument, "DPSAMPLING_TIMEOUT_MS=");
     FX_CHECK(comm == SENTINEL, "comm written on error (value '%s')", bad[i]);
   }
@@ -349,7 +349,7 @@ static int testOpMayBlock(void) {
   dpsConfig_t cfg = config(dpsDtypeUnset);
   dpsComm_t comm;
   int mb = -1;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_ERR(dpsCommOpMayBlock(comm, NULL), dpsInvalidArgument, "may_block");
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
   FX_CHECK(mb == 1, "unprepared onesided: may_block=%d, want 1", mb);
@@ -358,7 +358,7 @@ static int testOpMayBlock(void) {
   FX_CHECK(mb == 0, "prepared onesided: may_block=%d, want 0", mb);
   FX_CHECK_OK(dpsCommDestroy(comm));
   cfg = config(dpsBfloat16);
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
   FX_CHECK(mb == 1, "prepared nccl: may_block=%d, want 1", mb);
   FX_CHECK_OK(dpsCommDestroy(comm));

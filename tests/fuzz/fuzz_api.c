@@ -9,7 +9,7 @@
  *     near INT64_MAX, max_pad_bs*N*V*8 just below / just above INT64_MAX ...)
  *     checked by dpsConfigCheck (and by dpsCommInitRank / dpsCommInitFromNccl
  *     only when they must fail before touching CUDA or NCCL);
- *   - a detached communicator (dpsCommCreateDetached, no GPU, no NCCL) whose
+ *   - a host-only communicator (dpsTestCommCreateHost, no GPU, no NCCL) whose
  *     backend ops only record what reaches them, then a sequence of calls of
  *     every operation with fuzzed pointers (NULL or a dummy), shapes, pad_bs,
  *     dtypes, injected backend failures and an asynchronous error.
@@ -30,7 +30,7 @@
  *     dpsCommGetInfo disagrees with the configuration and the dtype state;
  *   - ASan/UBSan find a memory error or undefined behaviour, LSan a leak.
  *
- * Not covered here: creation and operations on a real (non-detached)
+ * Not covered here: creation and operations on a real (GPU, NCCL)
  * communicator, which need GPUs and NCCL (tests/gpu); DPSAMPLING_DEBUG
  * logging (it would print every error of every run); a backend whose
  * async_error stops reporting an error it reported once (the fake latches it,
@@ -477,7 +477,7 @@ static const dpsBackendOps kFakeNoAsync = {.name = "fake-no-async", .init = fIni
                                            .gather_outputs = fGather,
                                            .gather_logprobs = fLogprobs, .destroy = fDestroy};
 
-/* Collectives installed by dpsCommSetCollectives: never called on a detached
+/* Collectives installed by dpsCommSetCollectives: never called on a host-only
  * communicator whose backend is the fake. */
 static dpsResult_t neverAllGather(void* ctx, const void* s, void* r, size_t b, cudaStream_t st) {
   (void)ctx, (void)s, (void)r, (void)b, (void)st;
@@ -997,7 +997,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   fuzzBootstrapChecks(&r, &cfg, cr.n == 0);
 
-  /* detached communicator */
+  /* host-only communicator */
   const uint8_t cf = u8(&r);
   const dpsResult_t f_init = fault(u8(&r)), f_prepare = fault(u8(&r));
   rec.fail_init = f_init;
@@ -1026,12 +1026,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Model m;
   memset(&m, 0, sizeof m);
   dpsClearError();
-  dpsResult_t got = dpsCommCreateDetached(outp, cp, backend, ops);
+  dpsResult_t got = dpsTestCommCreateHost(outp, cp, backend, ops);
   if (rs.n) {
-    expectOutcome("dpsCommCreateDetached", got, &rs);
+    expectOutcome("dpsTestCommCreateHost", got, &rs);
   } else {
-    trace("dpsCommCreateDetached", got);
-    CHECK(got == want, "dpsCommCreateDetached -> %s, want %s", dpsGetErrorString(got),
+    trace("dpsTestCommCreateHost", got);
+    CHECK(got == want, "dpsTestCommCreateHost -> %s, want %s", dpsGetErrorString(got),
           dpsGetErrorString(want));
     if (want != dpsSuccess) CHECK(strstr(lastError(), "fake") != NULL, "backend message lost");
   }
@@ -1040,7 +1040,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         "creation: init=%d (want %d) prepare=%d (want %d) ops=%d", rec.init, want_init,
         rec.prepare, want_prepare, rec.swap + rec.gather + rec.logprobs);
   if (got != dpsSuccess) {
-    CHECK(comm == SENTINEL, "dpsCommCreateDetached wrote *comm on failure");
+    CHECK(comm == SENTINEL, "dpsTestCommCreateHost wrote *comm on failure");
     /* a backend that was initialized is destroyed again; one never reached is not */
     CHECK(rec.destroy == want_init, "failed creation: destroy=%d", rec.destroy);
     comm = NULL;
