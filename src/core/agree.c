@@ -34,7 +34,12 @@ dpsResult_t dpsAgreeStatus(dpsComm_t comm, dpsResult_t local, const char* step) 
       if (all[q] != dpsUnavailable) all_unavailable = 0;
     }
   free(all);
-  /* this rank's own failure stands with its own message, whatever the exchange said */
+  /* this rank's own failure stands with its own message; but an unavailable
+   * step where another rank failed otherwise is a failure here too, so that
+   * no rank falls back to another backend alone */
+  if (local == dpsUnavailable && r == dpsSuccess && !all_unavailable)
+    return dpsSetError(dpsSystemError, "%s; and %s failed on another rank (see its error)", msg,
+                       step);
   if (local != dpsSuccess) return dpsSetError(local, "%s", msg);
   if (r != dpsSuccess) return r;
   if (failed_rank < 0) return dpsSuccess;
