@@ -31,7 +31,9 @@ typedef struct dpsVirtualGroup dpsVirtualGroup;
 /* A group of tp ranks on the current device; a barrier that waits longer
  * than barrier_s seconds aborts the group (then every waiting rank fails). */
 dpsResult_t dpsVirtualGroupCreate(dpsVirtualGroup** group, int tp, int barrier_s);
-/* After every rank's communicator was destroyed. */
+/* After every rank's communicator was destroyed (and freed: none left
+ * waiting in dpsReleasePending), outside any capture: waits for the device
+ * and frees the ranks' symmetric memory, which the group keeps until then. */
 void dpsVirtualGroupDestroy(dpsVirtualGroup* group);
 /* Wakes every rank waiting at the group's barrier with a failure. */
 void dpsVirtualGroupAbort(dpsVirtualGroup* group);

@@ -2,10 +2,11 @@
  * GPU, a host thread each (testsupport.h). What NCCL does between processes
  * is done here between threads:
  *  - exchange: every rank posts its words, all meet, all read, all meet;
- *  - symmetric memory: the library's own device allocation (stream-ordered,
- *    capture-safe to free); registration posts each rank's base address and
- *    every rank reads all of them, so a rank's "peer pointers" are the other
- *    ranks' allocations on the same device;
+ *  - symmetric memory: the library's own device allocation; registration
+ *    posts each rank's base address and every rank reads all of them, so a
+ *    rank's "peer pointers" are the other ranks' allocations on the same
+ *    device. Freeing it only hands it to the group, which frees it when it
+ *    ends (see vgSymFree);
  *  - collectives (nccl backend): each rank records "send ready" on its
  *    stream, all meet, each copies every peer's chunk on its own stream
  *    behind that peer's event and records "copies done", all meet again, and
@@ -24,6 +25,7 @@
 
 #define VG_MAX_RANKS DPS_PROVIDER_MAX_RANKS
 #define VG_MAX_WORDS 64 /* int64 words per rank and exchange */
+#define VG_MAX_KEPT (4 * VG_MAX_RANKS) /* symmetric allocations kept until the group ends */
 
 struct dpsVirtualGroup {
   int tp, barrier_s;
@@ -36,6 +38,9 @@ struct dpsVirtualGroup {
   const void* send[VG_MAX_RANKS];
   size_t bytes[VG_MAX_RANKS];
   cudaEvent_t ready[VG_MAX_RANKS], done[VG_MAX_RANKS];
+  /* symmetric memory its ranks freed (vgSymFree) */
+  void* kept[VG_MAX_KEPT];
+  int nkept;
 };
 
 static dpsVirtualGroup* groupOf(dpsComm_t comm) { return (dpsVirtualGroup*)comm->prov_ctx; }
@@ -130,9 +135,26 @@ static void vgSymDeregister(dpsComm_t comm, dpsSymMem* m) {
   m->registered = 0;
 }
 
+/* Local and capture-safe: no CUDA call, the memory stays allocated until
+ * the group ends, as NCCL's windows stay mapped while a registration holds
+ * them (backends/nccl_provider.c, npSymFree). A peer may still store into
+ * a rank's window after that rank's teardown: after a failure the ranks
+ * that gave up skip the close exchange and free at once, while a rank that
+ * did not give up runs its exchange kernel, which stores into every peer's
+ * staging before it notices their failure marks. Here the peers' memory is
+ * this process's own: freed (and returned by the pool at the next
+ * synchronization), such a store would be an illegal address that ends the
+ * context for every later test. */
 static void vgSymFree(dpsComm_t comm, dpsSymMem* m) {
   m->registered = 0;
-  dpsDeviceFree(comm, &m->base);
+  if (m->base == NULL) return;
+  dpsVirtualGroup* g = groupOf(comm);
+  pthread_mutex_lock(&g->mu); /* another rank's thread may free its own now */
+  const int keep = g->nkept < VG_MAX_KEPT;
+  if (keep) g->kept[g->nkept++] = m->base;
+  pthread_mutex_unlock(&g->mu);
+  if (keep) m->base = NULL;
+  else dpsDeviceFree(comm, &m->base); /* not expected: 2 allocations per rank */
 }
 
 static dpsResult_t vgCopy(dpsComm_t comm, const void* send, void* recv, size_t bytes, int a2a,
@@ -222,6 +244,13 @@ dpsResult_t dpsVirtualGroupCreate(dpsVirtualGroup** out, int tp, int barrier_s) 
 
 void dpsVirtualGroupDestroy(dpsVirtualGroup* g) {
   if (g == NULL) return;
+  if (g->nkept > 0) {
+    /* every rank's work, a peer's late store included, has finished */
+    (void)cudaDeviceSynchronize();
+    for (int i = 0; i < g->nkept; ++i) (void)cudaFreeAsync(g->kept[i], NULL);
+    (void)cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+  }
   for (int q = 0; q < g->tp; ++q) {
     if (g->ready[q]) cudaEventDestroy(g->ready[q]);
     if (g->done[q]) cudaEventDestroy(g->done[q]);
