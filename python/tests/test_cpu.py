@@ -221,6 +221,8 @@ def _kw(**over):
         (dict(group=(0, 1, 2)), "group"),
         (dict(group=(0, 0)), "group"),
         (dict(max_pad_bs=2**40), "max_pad_bs"),
+        (dict(vocab_size=2**32), "vocab_size=4294967296"),
+        (dict(timeout_ms=86400001), "timeout_ms=86400001"),
     ],
 )
 def test_config_errors_are_value_errors(over, match):
@@ -295,6 +297,19 @@ def test_config_check_direct():
     C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO)
     with pytest.raises(ValueError, match="vocab_size=63"):
         C.config_check(2, 1, 8, 4, 63, C.DTYPE_UNSET, C.BACKEND_AUTO)
+
+
+def test_config_limits_at_and_past():
+    """vocab_size below 2^32 and timeout_ms up to one day (86400000 ms, the
+    bound of DPSAMPLING_TIMEOUT_MS too): the limit passes, one past fails
+    naming the argument and its value."""
+    C = dpsampling._dpsampling
+    C.config_check(2, 1, 8, 4, 2**32 - 2, C.DTYPE_UNSET, C.BACKEND_AUTO)  # largest even
+    with pytest.raises(ValueError, match="vocab_size=4294967296"):
+        C.config_check(2, 1, 8, 4, 2**32, C.DTYPE_UNSET, C.BACKEND_AUTO)
+    C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO, 86400000)
+    with pytest.raises(ValueError, match="timeout_ms=86400001"):
+        C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO, 86400001)
 
 
 # ---- with torch (still no GPU needed) ---------------------------------------------

@@ -29,11 +29,7 @@ static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logit
                        "%s: vocab_limit=%" PRId64 " must be in [1, vocab_size=%" PRId64 "]", op,
                        vocab_limit, c->vocab_size);
   DPS_CHECK(dpsCheckLogitsData(comm, op, "logits", logits, dtype));
-  if (c->vocab_size > (int64_t)UINT32_MAX)
-    return dpsSetError(dpsInvalidUsage,
-                       "%s: vocab_size=%" PRId64 " does not fit the 32-bit global indices the "
-                       "ranks exchange",
-                       op, c->vocab_size);
+  /* vocab_size <= DPS_VOCAB_MAX (32-bit global indices): dpsConfigCheck, at creation. */
   call->logits = logits;
   call->rows = rows;
   call->dtype = dtype;
