@@ -357,6 +357,8 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
 /* ---- Greedy selection without moving the logits --------------------------
  * Every rank passes its own vocab shard of the same rows and every rank gets
  * the same result for every row; only a few words per row cross the ranks.
+ * Both calls take their outputs in one order, values then indices (as
+ * torch.max / torch.topk return them).
  * Semantics, identical on both backends and at every tp:
  *  - global index = rank * (V/tp) + column; only global indices below
  *    vocab_limit take part (1 <= vocab_limit <= V; pass V for no limit);
@@ -374,15 +376,15 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
  *    onesided: one local kernel and one exchange kernel, a dead peer ends in
  *    dpsTimeout; nccl: a local kernel, one all-gather, a merge kernel;
  *  - V is below 2^32 (global indices travel as 32 bits; dpsConfigCheck).
- * dpsArgmax: index int64 [rows] (required), value [rows] of dtype (NULL: not
- *   wanted), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over the
- *   valid columns (NaN if one is NaN), so the argmax token's logprob is
+ * dpsArgmax: value [rows] of dtype (NULL: not wanted), index int64 [rows]
+ *   (required), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over
+ *   the valid columns (NaN if one is NaN), so the argmax token's logprob is
  *   value - lse.
  * dpsTopK: the k (1 <= k <= config max_topk, k <= vocab_limit) best of every
  *   row, best first: values [rows, k] of dtype (NULL: not wanted), indices
  *   int64 [rows, k] (required). */
 DPS_API dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
-                      dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
+                      dpsDataType_t dtype, int64_t vocab_limit, void* value, int64_t* index,
                       float* lse, struct CUstream_st* stream);
 DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                     dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,

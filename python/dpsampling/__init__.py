@@ -485,34 +485,36 @@ class DpSamplingComm(_C.Comm):
         )
 
     # -- greedy selection without moving the logits --------------------------
-    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_index=None,
-               out_value=None, out_lse=None):
+    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_value=None,
+               out_index=None, out_lse=None):
         """Argmax of every row over the whole vocabulary, from this rank's
-        [rows, V/tp] shard (every rank passes the same rows): (index int64
-        [rows], value [rows] in the logits dtype), plus the row's logsumexp
-        (fp32) with return_logsumexp=True, so the token's logprob is
-        value - lse. Ties go to the lower global index, NaN never wins,
-        columns at or beyond vocab_limit (global) are excluded. The out_*
-        tensors, when given, are written in place (no extra kernel)."""
+        [rows, V/tp] shard (every rank passes the same rows): (values [rows]
+        in the logits dtype, indices int64 [rows]), the order of torch.max,
+        plus the row's logsumexp (fp32) with return_logsumexp=True, so the
+        token's logprob is value - lse. Ties go to the lower global index,
+        NaN never wins, columns at or beyond vocab_limit (global) are
+        excluded. The out_* tensors, when given, are written in place (no
+        extra kernel)."""
         torch = _torch()
         rows = local_logits.shape[0] if local_logits.dim() == 2 else -1
         dev = local_logits.device
-        if out_index is None:
-            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
         if out_value is None:
             out_value = torch.empty(max(rows, 0), dtype=local_logits.dtype, device=dev)
+        if out_index is None:
+            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
         if return_logsumexp and out_lse is None:
             out_lse = torch.empty(max(rows, 0), dtype=torch.float32, device=dev)
-        self._select(local_logits, -1, _limit_arg(vocab_limit), out_index, out_value,
+        self._select(local_logits, -1, _limit_arg(vocab_limit), out_value, out_index,
                      out_lse if return_logsumexp else None)
         if return_logsumexp:
-            return out_index, out_value, out_lse
-        return out_index, out_value
+            return out_value, out_index, out_lse
+        return out_value, out_index
 
     def topk(self, local_logits, k, vocab_limit=None, *, out_values=None, out_indices=None):
         """The k best of every row over the whole vocabulary, best first, from
         this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
-        indices int64 [rows, k]); the same order rules as argmax. k <= 64."""
+        indices int64 [rows, k]), the order of torch.topk and of argmax; the
+        same ranking rules as argmax. k <= 64."""
         torch = _torch()
         k = _int_arg("k", k)
         rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
@@ -521,7 +523,7 @@ class DpSamplingComm(_C.Comm):
             out_values = torch.empty(rows, max(k, 0), dtype=local_logits.dtype, device=dev)
         if out_indices is None:
             out_indices = torch.empty(rows, max(k, 0), dtype=torch.int64, device=dev)
-        self._select(local_logits, k, _limit_arg(vocab_limit), out_indices, out_values, None)
+        self._select(local_logits, k, _limit_arg(vocab_limit), out_values, out_indices, None)
         return out_values, out_indices
 
     def __enter__(self):
@@ -641,8 +643,7 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     dtype, idx [M] int64 global vocab indices), the same on every rank.
     out_max / out_idx are written in place when given (no extra kernel)."""
     comm = state._comm_for(logits)
-    idx, val = comm.argmax(logits, out_index=out_idx, out_value=out_max)
-    return val, idx
+    return comm.argmax(logits, out_value=out_max, out_index=out_idx)
 
 
 import atexit as _atexit  # noqa: E402

@@ -61,7 +61,7 @@ def test_argmax_topk_match_torch(backend, dtype, V):
     try:
         for step, (rows, limit) in enumerate([(64, V), (1, V), (5, max(1, V // 2)), (33, 1)]):
             x = _rows(rows, V, dtype, 10 * V + step).cuda()
-            idx, val, lse = c.argmax(x, vocab_limit=limit, return_logsumexp=True)
+            val, idx, lse = c.argmax(x, vocab_limit=limit, return_logsumexp=True)
             ri, rl = _ref(x, limit)
             assert torch.equal(idx.cpu(), ri), (step, idx.cpu(), ri)
             want_val = _nan_as_neginf(x[:, :limit]).gather(1, ri[:, None])[:, 0]
@@ -90,7 +90,7 @@ def test_graph_replay_with_changed_inputs(backend):
         c.topk(x, 8)
         torch.cuda.synchronize()
         with torch.cuda.graph(g, stream=s):
-            idx, val = c.argmax(x)
+            val, idx = c.argmax(x)
             tv, ti = c.topk(x, 8)
     for seed in (2, 3):
         x.copy_(_rows(48, V, torch.bfloat16, seed).cuda())
@@ -100,6 +100,31 @@ def test_graph_replay_with_changed_inputs(backend):
         rv, ri = _ref(x, V, 8)
         assert torch.equal(ti.cpu(), ri) and torch.equal(tv.float().cpu(), rv)
     del g
+    c.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_tensors_and_the_values_indices_order(backend):
+    """argmax returns (values, indices[, lse]) and topk (values, indices), the
+    order of torch.max / torch.topk, written into out_* tensors when given."""
+    V, rows = 1001, 16
+    c = _comm(backend, V, torch.float16)
+    x = _rows(rows, V, torch.float16, 5).cuda()
+    ov = torch.empty(rows, dtype=torch.float16, device="cuda")
+    oi = torch.empty(rows, dtype=torch.int64, device="cuda")
+    ol = torch.empty(rows, dtype=torch.float32, device="cuda")
+    got = c.argmax(x, return_logsumexp=True, out_value=ov, out_index=oi, out_lse=ol)
+    assert got[0] is ov and got[1] is oi and got[2] is ol
+    ri, rl = _ref(x, V)
+    assert torch.equal(oi.cpu(), ri)
+    assert torch.equal(ov.float().cpu(), _nan_as_neginf(x).gather(1, ri[:, None])[:, 0])
+    assert torch.allclose(ol.cpu(), rl, rtol=1e-4, atol=1e-4, equal_nan=True)
+    tv = torch.empty(rows, 5, dtype=torch.float16, device="cuda")
+    ti = torch.empty(rows, 5, dtype=torch.int64, device="cuda")
+    got = c.topk(x, 5, out_values=tv, out_indices=ti)
+    assert got[0] is tv and got[1] is ti
+    rv, rti = _ref(x, V, 5)
+    assert torch.equal(ti.cpu(), rti) and torch.equal(tv.float().cpu(), rv)
     c.close()
 
 

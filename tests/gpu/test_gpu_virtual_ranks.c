@@ -1050,8 +1050,8 @@ static int vrSelect(VrGroup* g, int rank, int rows, int64_t limit, int k, int wa
   SelBufs* b = &r->sel;
   if (g->backend == VR_NCCL) {
     if (k == 0)
-      FX_CHECK_OK(dpsArgmax(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, limit, b->d_idx,
-                            b->d_val, want_lse ? b->d_lse : NULL, r->s));
+      FX_CHECK_OK(dpsArgmax(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, limit, b->d_val,
+                            b->d_idx, want_lse ? b->d_lse : NULL, r->s));
     else
       FX_CHECK_OK(dpsTopK(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, k, limit, b->d_tval,
                           b->d_tidx, r->s));
