@@ -96,7 +96,9 @@ def test_graph_replay_with_changed_inputs(backend):
         x.copy_(_rows(48, V, torch.bfloat16, seed).cuda())
         g.replay()
         torch.cuda.synchronize()
-        assert torch.equal(idx.cpu(), _ref(x, V)[0])
+        ri1 = _ref(x, V)[0]
+        assert torch.equal(idx.cpu(), ri1)
+        assert torch.equal(val.float().cpu(), _nan_as_neginf(x).gather(1, ri1[:, None])[:, 0])
         rv, ri = _ref(x, V, 8)
         assert torch.equal(ti.cpu(), ri) and torch.equal(tv.float().cpu(), rv)
     del g
@@ -157,19 +159,30 @@ def test_bad_arguments_name_themselves(backend):
     c.close()
 
 
+def _check_drop_in(st, V, M, seeds=(1, 2)):
+    """distributed_argmax against torch on the full rows: into out_max /
+    out_idx, and into tensors of its own, for M rows and for fewer."""
+    out_max = torch.empty(M, dtype=torch.bfloat16, device="cuda:0")
+    out_idx = torch.empty(M, dtype=torch.int64, device="cuda:0")
+    for seed, m in zip(seeds, (M, 3)):
+        x = _rows(m, V, torch.bfloat16, seed).to("cuda:0")
+        ri, _ = _ref(x, V)
+        want = _nan_as_neginf(x).gather(1, ri[:, None])[:, 0]
+        mx, ix = dpsampling.distributed_argmax(st, x, out_max=out_max[:m], out_idx=out_idx[:m])
+        assert mx.data_ptr() == out_max.data_ptr() and ix.data_ptr() == out_idx.data_ptr()
+        torch.cuda.synchronize(0)
+        assert torch.equal(ix.cpu(), ri)
+        assert torch.equal(mx.float().cpu(), want) and mx.dtype == torch.bfloat16
+        x2 = _rows(m, V, torch.bfloat16, seed + 50)
+        mx2, ix2 = dpsampling.distributed_argmax(st, x2.to("cuda:0"))
+        ri2, _ = _ref(x2, V)
+        torch.cuda.synchronize(0)
+        assert torch.equal(ix2.cpu(), ri2)
+        assert torch.equal(mx2.float().cpu(), _nan_as_neginf(x2).gather(1, ri2[:, None])[:, 0])
+
+
 def test_distributed_argmax_drop_in():
     V, M = 5000, 16
     st = dpsampling.create_dist_argmax_state((0,), 0, M, torch.bfloat16, skip_ping_pong=True)
-    out_max = torch.empty(M, dtype=torch.bfloat16, device="cuda")
-    out_idx = torch.empty(M, dtype=torch.int64, device="cuda")
-    for seed, m in ((1, M), (2, 3)):
-        x = _rows(m, V, torch.bfloat16, seed).cuda()
-        mx, ix = dpsampling.distributed_argmax(st, x, out_max=out_max[:m], out_idx=out_idx[:m])
-        assert mx.data_ptr() == out_max.data_ptr() and ix.data_ptr() == out_idx.data_ptr()
-        ri, _ = _ref(x, V)
-        assert torch.equal(ix.cpu(), ri)
-        want = _nan_as_neginf(x).gather(1, ri[:, None])[:, 0]
-        assert torch.equal(mx.float().cpu(), want) and mx.dtype == torch.bfloat16
-        mx2, ix2 = dpsampling.distributed_argmax(st, x)
-        assert torch.equal(ix2, ix) and torch.equal(mx2, mx)
+    _check_drop_in(st, V, M)
     st.close()
