@@ -52,7 +52,7 @@ def main():
     comm = DpSamplingComm(
         tp_size=tp,
         rank=rank,
-        group=tuple(range(tp)),
+        group=dist.group.WORLD,  # the engine's ProcessGroup (or a tuple of global ranks)
         max_pad_bs=pad_bs,
         num_tokens_per_req=n,
         vocab_size=vocab,

@@ -4,12 +4,15 @@ from types import TracebackType
 from typing import Any, Dict, Iterable, Optional, Protocol, Tuple, Type, Union
 
 import torch
+import torch.distributed
 
 __version__: str
 BACKEND_ENV: str
 BACKEND_ENV_ALIAS: str
 
-_Group = Union[None, int, Iterable[int]]
+# A torch.distributed ProcessGroup (its global ranks; torch collectives of the
+# bootstrap run over it), global ranks, one rank, or None (0..tp_size-1).
+_Group = Union[None, int, Iterable[int], torch.distributed.ProcessGroup]
 # torch.float32 / torch.bfloat16 / torch.float16, or one of the names
 # "fp32", "float32", "float", "bf16", "bfloat16", "fp16", "float16", "half"
 # (each also with a "torch." prefix).
@@ -25,8 +28,22 @@ def onesided_available(group: _Group = None) -> bool: ...
 def resolve_backend(requested: str = "auto", group: _Group = None) -> str: ...
 def destroy_group_communicators() -> None: ...
 def release_pending() -> int: ...
-def create_dist_argmax_state(group: Any, rank_in_group: int, max_M: int, dtype: Any, device: Any = ..., skip_ping_pong: bool = ...) -> Any: ...
-def distributed_argmax(state: Any, logits: Any, *, out_max: Any = ..., out_idx: Any = ...) -> Tuple[Any, Any]: ...
+class DistArgmaxState:
+    group: Tuple[int, ...]
+    rank: int
+    max_M: int
+    comm: Optional["DpSamplingComm"]
+    def close(self) -> None: ...
+
+def create_dist_argmax_state(
+    group: _Group, rank_in_group: int, max_M: int, dtype: _Dtype,
+    device: Union[None, int, str, torch.device] = ..., skip_ping_pong: bool = ...
+) -> DistArgmaxState: ...
+# -> (max [M] in the logits dtype, idx [M] int64)
+def distributed_argmax(
+    state: DistArgmaxState, logits: torch.Tensor, *, out_max: Optional[torch.Tensor] = ...,
+    out_idx: Optional[torch.Tensor] = ...
+) -> Tuple[torch.Tensor, torch.Tensor]: ...
 def get_global_backend() -> _Collectives: ...
 def swap_batch_vocab(
     local_logits: torch.Tensor,

@@ -1,6 +1,7 @@
-"""argmax / topk on DpSamplingComm and the distributed_argmax drop-in, tp=1
-on one GPU (tp 2..8: test_gpu_virtual_ranks scenario=select; multi-GPU:
-test_gpu_select). Every value is checked against torch on the full row,
+"""argmax / topk on DpSamplingComm and the distributed_argmax drop-in (its
+group a tuple, or a world-size-1 NCCL ProcessGroup), tp=1 on one GPU (tp
+2..8: test_gpu_virtual_ranks scenario=select; multi-GPU: test_gpu_select,
+test_world_sizes.py). Every value is checked against torch on the full row,
 with the documented rules: NaN counts as -inf, ties go to the lower index,
 columns at or beyond vocab_limit are excluded."""
 
@@ -186,3 +187,42 @@ def test_distributed_argmax_drop_in():
     st = dpsampling.create_dist_argmax_state((0,), 0, M, torch.bfloat16, skip_ping_pong=True)
     _check_drop_in(st, V, M)
     st.close()
+
+
+@pytest.fixture
+def nccl_world1():
+    """A real NCCL ProcessGroup of world size 1 in this process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl", world_size=1, rank=0, store=dist.HashStore())
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("caller", [0, 1], ids=["current_device", "other_current_device"])
+def test_drop_in_with_a_process_group(nccl_world1, caller):
+    """The upstream engine's call: group=<its ProcessGroup>, rank_in_group,
+    device; values against torch on the full rows; the caller's current
+    device unchanged by the creation on cuda:0 (also when it is cuda:1)."""
+    if caller >= torch.cuda.device_count():
+        pytest.skip(f"needs {caller + 1} GPUs to create on cuda:0 from cuda:{caller}, have "
+                    f"{torch.cuda.device_count()}")
+    V, M = 4096, 16
+    torch.cuda.set_device(caller)
+    try:
+        with pytest.raises(ValueError, match="rank_in_group=1 but this process is rank 0"):
+            dpsampling.create_dist_argmax_state(group=nccl_world1, rank_in_group=1, max_M=M,
+                                                dtype=torch.bfloat16)
+        st = dpsampling.create_dist_argmax_state(
+            group=nccl_world1, rank_in_group=0, max_M=M, dtype=torch.bfloat16,
+            device=torch.device("cuda", 0), skip_ping_pong=True)
+        assert st.group == (0,)
+        _check_drop_in(st, V, M, seeds=(3, 4))
+        assert torch.cuda.current_device() == caller, "creation changed the current device"
+        assert st.comm.cuda_device == 0 and st.comm.group == (0,)
+        st.close()
+        assert torch.cuda.current_device() == caller
+    finally:
+        torch.cuda.set_device(0)
