@@ -26,11 +26,7 @@ from dpsampling import (
 ENV = "DPSAMPLING_BACKEND"
 ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(ALIAS, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_backend_env")
 
 
 def _has_gpu():

@@ -28,24 +28,7 @@ from dpsampling import (  # noqa: E402
     resolve_backend,
 )
 
-ENV = "DPSAMPLING_BACKEND"
-ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(ALIAS, raising=False)
-
-
-@pytest.fixture
-def world1():
-    """A real ProcessGroup: gloo, world size 1, in this process."""
-    dist.init_process_group("gloo", world_size=1, rank=0, store=dist.HashStore())
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("clean_backend_env")
 
 
 def _comm_kw(**over):
@@ -55,9 +38,9 @@ def _comm_kw(**over):
     return kw
 
 
-def test_process_group_is_its_ranks(world1):
+def test_process_group_is_its_ranks(gloo_world1):
     sub = dist.new_group([0])
-    for pg in (world1, sub):
+    for pg in (gloo_world1, sub):
         st = create_dist_argmax_state(group=pg, rank_in_group=0, max_M=8, dtype=torch.bfloat16,
                                       device=None, skip_ping_pong=True)
         assert st.group == (0,)
@@ -65,36 +48,37 @@ def test_process_group_is_its_ranks(world1):
         assert st.comm is None  # created at the first call
     # its size is checked against tp_size like a tuple's, before any GPU use
     with pytest.raises(ValueError, match=r"group=\(0,\) has 1 ranks but tp_size=2"):
-        DpSamplingComm(**_comm_kw(tp_size=2, max_pad_bs=8, group=world1))
+        DpSamplingComm(**_comm_kw(tp_size=2, max_pad_bs=8, group=gloo_world1))
 
 
-def test_rank_in_group_checked(world1):
+def test_rank_in_group_checked(gloo_world1):
     with pytest.raises(ValueError) as e:
-        create_dist_argmax_state(group=world1, rank_in_group=1, max_M=8, dtype=torch.bfloat16)
+        create_dist_argmax_state(group=gloo_world1, rank_in_group=1, max_M=8,
+                                 dtype=torch.bfloat16)
     msg = str(e.value)
     assert "rank_in_group=1" in msg and "rank 0 of group=(0,)" in msg, msg
 
 
-def test_backend_queries_take_a_process_group(world1):
-    assert resolve_backend("nccl", world1) == "nccl"
+def test_backend_queries_take_a_process_group(gloo_world1):
+    assert resolve_backend("nccl", gloo_world1) == "nccl"
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: onesided availability is the device's")
-    assert onesided_available(world1) is False
-    assert resolve_backend("auto", world1) == "nccl"
+    assert onesided_available(gloo_world1) is False
+    assert resolve_backend("auto", gloo_world1) == "nccl"
     with pytest.raises(RuntimeError, match="DPSAMPLING_BACKEND=nccl"):
-        resolve_backend("onesided", world1)
+        resolve_backend("onesided", gloo_world1)
 
 
-def test_construction_reaches_the_device_check(world1):
+def test_construction_reaches_the_device_check(gloo_world1):
     """A ProcessGroup passes every argument check: without a GPU the
     constructor stops at the device, as with a tuple."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is present (test_select.py creates on it)")
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
-        DpSamplingComm(**_comm_kw(group=world1))
+        DpSamplingComm(**_comm_kw(group=gloo_world1))
 
 
-def test_unknown_or_foreign_groups_are_refused(world1):
+def test_unknown_or_foreign_groups_are_refused(gloo_world1):
     sub = dist.new_group([0])
     with pytest.raises(TypeError, match="ProcessGroup, a tuple of global ranks or an int"):
         create_dist_argmax_state(group=object(), rank_in_group=0, max_M=8, dtype=torch.float32)

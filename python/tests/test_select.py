@@ -13,39 +13,10 @@ if not torch.cuda.is_available():
 
 import dpsampling  # noqa: E402
 from dpsampling import DpSamplingComm  # noqa: E402
+from refs import argmax_ref, logit_rows, topk_ref  # noqa: E402
 
 BACKENDS = ["nccl", "onesided"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def _rows(rows, V, dtype, seed):
-    """Rows of every kind: ties, NaN scattered, all NaN, all -inf, +inf."""
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.randint(0, 64, (rows, V), generator=g).float() * 0.25 - 8.0)
-    for r in range(rows):
-        kind = r % 6
-        if kind == 1:
-            x[r, torch.rand(V, generator=g) < 0.2] = float("nan")
-        elif kind == 2:
-            x[r] = float("nan")
-        elif kind == 3:
-            x[r] = float("-inf")
-        elif kind == 4:
-            x[r, torch.randint(0, V, (2,), generator=g)] = float("inf")
-    return x.to(dtype)
-
-
-def _nan_as_neginf(x):
-    x = x.float().cpu()
-    return torch.where(torch.isnan(x), torch.full_like(x, float("-inf")), x)
-
-
-def _ref(x, limit, k=None):
-    v = _nan_as_neginf(x[:, :limit])
-    if k is None:
-        return v.argmax(dim=-1), torch.logsumexp(x[:, :limit].float().cpu(), dim=-1)
-    vals, idx = torch.sort(v, dim=-1, descending=True, stable=True)
-    return vals[:, :k], idx[:, :k]
 
 
 def _comm(backend, V, dtype, max_rows=64):
@@ -61,18 +32,17 @@ def test_argmax_topk_match_torch(backend, dtype, V):
     c = _comm(backend, V, dtype)
     try:
         for step, (rows, limit) in enumerate([(64, V), (1, V), (5, max(1, V // 2)), (33, 1)]):
-            x = _rows(rows, V, dtype, 10 * V + step).cuda()
+            x = logit_rows(rows, V, dtype, 10 * V + step).cuda()
             val, idx, lse = c.argmax(x, vocab_limit=limit, return_logsumexp=True)
-            ri, rl = _ref(x, limit)
+            want_val, ri, rl = argmax_ref(x, limit)
             assert torch.equal(idx.cpu(), ri), (step, idx.cpu(), ri)
-            want_val = _nan_as_neginf(x[:, :limit]).gather(1, ri[:, None])[:, 0]
             assert torch.equal(val.float().cpu(), want_val)
             assert torch.allclose(lse.cpu(), rl, rtol=1e-4, atol=1e-4, equal_nan=True)
             for k in (1, 7, 64):
                 if k > limit:
                     continue
                 vals, inds = c.topk(x, k, vocab_limit=limit)
-                rv, ri2 = _ref(x, limit, k)
+                rv, ri2 = topk_ref(x, limit, k)
                 assert torch.equal(inds.cpu(), ri2), (step, k)
                 assert torch.equal(vals.float().cpu(), rv), (step, k)
     finally:
@@ -83,7 +53,7 @@ def test_argmax_topk_match_torch(backend, dtype, V):
 def test_graph_replay_with_changed_inputs(backend):
     V = 4096
     c = _comm(backend, V, torch.bfloat16)
-    x = _rows(48, V, torch.bfloat16, 1).cuda()
+    x = logit_rows(48, V, torch.bfloat16, 1).cuda()
     s = torch.cuda.Stream()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.stream(s):
@@ -94,13 +64,12 @@ def test_graph_replay_with_changed_inputs(backend):
             val, idx = c.argmax(x)
             tv, ti = c.topk(x, 8)
     for seed in (2, 3):
-        x.copy_(_rows(48, V, torch.bfloat16, seed).cuda())
+        x.copy_(logit_rows(48, V, torch.bfloat16, seed).cuda())
         g.replay()
         torch.cuda.synchronize()
-        ri1 = _ref(x, V)[0]
-        assert torch.equal(idx.cpu(), ri1)
-        assert torch.equal(val.float().cpu(), _nan_as_neginf(x).gather(1, ri1[:, None])[:, 0])
-        rv, ri = _ref(x, V, 8)
+        want_val, want_idx, _ = argmax_ref(x, V)
+        assert torch.equal(idx.cpu(), want_idx) and torch.equal(val.float().cpu(), want_val)
+        rv, ri = topk_ref(x, V, 8)
         assert torch.equal(ti.cpu(), ri) and torch.equal(tv.float().cpu(), rv)
     del g
     c.close()
@@ -112,21 +81,21 @@ def test_out_tensors_and_the_values_indices_order(backend):
     order of torch.max / torch.topk, written into out_* tensors when given."""
     V, rows = 1001, 16
     c = _comm(backend, V, torch.float16)
-    x = _rows(rows, V, torch.float16, 5).cuda()
+    x = logit_rows(rows, V, torch.float16, 5).cuda()
     ov = torch.empty(rows, dtype=torch.float16, device="cuda")
     oi = torch.empty(rows, dtype=torch.int64, device="cuda")
     ol = torch.empty(rows, dtype=torch.float32, device="cuda")
     got = c.argmax(x, return_logsumexp=True, out_value=ov, out_index=oi, out_lse=ol)
     assert got[0] is ov and got[1] is oi and got[2] is ol
-    ri, rl = _ref(x, V)
+    want_val, ri, rl = argmax_ref(x, V)
     assert torch.equal(oi.cpu(), ri)
-    assert torch.equal(ov.float().cpu(), _nan_as_neginf(x).gather(1, ri[:, None])[:, 0])
+    assert torch.equal(ov.float().cpu(), want_val)
     assert torch.allclose(ol.cpu(), rl, rtol=1e-4, atol=1e-4, equal_nan=True)
     tv = torch.empty(rows, 5, dtype=torch.float16, device="cuda")
     ti = torch.empty(rows, 5, dtype=torch.int64, device="cuda")
     got = c.topk(x, 5, out_values=tv, out_indices=ti)
     assert got[0] is tv and got[1] is ti
-    rv, rti = _ref(x, V, 5)
+    rv, rti = topk_ref(x, V, 5)
     assert torch.equal(ti.cpu(), rti) and torch.equal(tv.float().cpu(), rv)
     c.close()
 
@@ -166,20 +135,18 @@ def _check_drop_in(st, V, M, seeds=(1, 2)):
     out_max = torch.empty(M, dtype=torch.bfloat16, device="cuda:0")
     out_idx = torch.empty(M, dtype=torch.int64, device="cuda:0")
     for seed, m in zip(seeds, (M, 3)):
-        x = _rows(m, V, torch.bfloat16, seed).to("cuda:0")
-        ri, _ = _ref(x, V)
-        want = _nan_as_neginf(x).gather(1, ri[:, None])[:, 0]
+        x = logit_rows(m, V, torch.bfloat16, seed).to("cuda:0")
+        want, ri, _ = argmax_ref(x, V)
         mx, ix = dpsampling.distributed_argmax(st, x, out_max=out_max[:m], out_idx=out_idx[:m])
         assert mx.data_ptr() == out_max.data_ptr() and ix.data_ptr() == out_idx.data_ptr()
         torch.cuda.synchronize(0)
         assert torch.equal(ix.cpu(), ri)
         assert torch.equal(mx.float().cpu(), want) and mx.dtype == torch.bfloat16
-        x2 = _rows(m, V, torch.bfloat16, seed + 50)
+        x2 = logit_rows(m, V, torch.bfloat16, seed + 50)
         mx2, ix2 = dpsampling.distributed_argmax(st, x2.to("cuda:0"))
-        ri2, _ = _ref(x2, V)
+        want2, ri2, _ = argmax_ref(x2, V)
         torch.cuda.synchronize(0)
-        assert torch.equal(ix2.cpu(), ri2)
-        assert torch.equal(mx2.float().cpu(), _nan_as_neginf(x2).gather(1, ri2[:, None])[:, 0])
+        assert torch.equal(ix2.cpu(), ri2) and torch.equal(mx2.float().cpu(), want2)
 
 
 def test_distributed_argmax_drop_in():
@@ -187,18 +154,6 @@ def test_distributed_argmax_drop_in():
     st = dpsampling.create_dist_argmax_state((0,), 0, M, torch.bfloat16, skip_ping_pong=True)
     _check_drop_in(st, V, M)
     st.close()
-
-
-@pytest.fixture
-def nccl_world1():
-    """A real NCCL ProcessGroup of world size 1 in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("nccl", world_size=1, rank=0, store=dist.HashStore())
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("caller", [0, 1], ids=["current_device", "other_current_device"])

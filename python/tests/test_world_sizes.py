@@ -21,6 +21,7 @@ from dpsampling import (  # noqa: E402
     distributed_argmax,
     swap_batch_vocab,
 )
+from refs import argmax_ref, logit_rows, topk_ref  # noqa: E402
 from test_spec import (  # noqa: E402  (the spec's runner and its ground-truth workers)
     _run,
     _test_gather_persistent_buffer_reuse,
@@ -51,21 +52,8 @@ def _gen(seed):
 
 
 def _full_logits(rows, vocab, dtype, seed, device):
-    """The whole batch's logits [rows, V]; rows of every kind for the
-    selections: ties, NaN scattered, all NaN, all -inf, +inf."""
-    g = _gen(seed)
-    x = torch.randint(0, 64, (rows, vocab), generator=g).float() * 0.25 - 8.0
-    for r in range(rows):
-        kind = r % 6
-        if kind == 1:
-            x[r, torch.rand(vocab, generator=g) < 0.2] = float("nan")
-        elif kind == 2:
-            x[r] = float("nan")
-        elif kind == 3:
-            x[r] = float("-inf")
-        elif kind == 4:
-            x[r, torch.randint(0, vocab, (2,), generator=g)] = float("inf")
-    return x.to(dtype).to(device)
+    """The whole batch's logits [rows, V] (rows of every kind, refs.py)."""
+    return logit_rows(rows, vocab, dtype, seed).to(device)
 
 
 def _full_verify(pad_bs, n, seed, device):
@@ -77,24 +65,6 @@ def _full_verify(pad_bs, n, seed, device):
     al = torch.randint(-(2**31), 2**31 - 1, (pad_bs,), generator=g, dtype=torch.int32)
     lp = torch.randn(pad_bs, n, generator=g)
     return [t.to(device) for t in (p, ai, al, lp)]
-
-
-def _nan_as_neginf(x):
-    x = x.float().cpu()
-    return torch.where(torch.isnan(x), torch.full_like(x, float("-inf")), x)
-
-
-def _argmax_ref(x, limit):
-    """(value, index, logsumexp) of every row of the full logits, over the
-    columns below limit: NaN counts as -inf, ties to the lower index."""
-    v = _nan_as_neginf(x[:, :limit])
-    idx = v.argmax(dim=-1)
-    return v.gather(1, idx[:, None])[:, 0], idx, torch.logsumexp(x[:, :limit].float().cpu(), -1)
-
-
-def _topk_ref(x, limit, k):
-    vals, idx = torch.sort(_nan_as_neginf(x[:, :limit]), dim=-1, descending=True, stable=True)
-    return vals[:, :k], idx[:, :k]
 
 
 def _same_bits(a, b):
@@ -199,7 +169,7 @@ def _w_graph(rank, world_size, device, group, *, backend):
         assert _same_bits(swapped, full[rank * reqs * n:(rank + 1) * reqs * n]), step
         assert torch.equal(gp, fp) and torch.equal(gai, fai) and torch.equal(gal, fal), step
         assert torch.equal(glp, flp), step
-        want_val, want_idx, _ = _argmax_ref(full, vocab)
+        want_val, want_idx, _ = argmax_ref(full, vocab)
         assert torch.equal(idx.cpu(), want_idx) and torch.equal(val.float().cpu(), want_val), step
         dist.barrier()
     del graph
@@ -254,7 +224,7 @@ def _w_select_drop_in(rank, world_size, device, group, *, backend):
         torch.cuda.synchronize(device)
     finally:
         torch.cuda.set_device(device)
-    want_val, want_idx, want_lse = _argmax_ref(full, vocab)
+    want_val, want_idx, want_lse = argmax_ref(full, vocab)
     assert torch.equal(ix.cpu(), want_idx) and torch.equal(mx.float().cpu(), want_val)
     assert mx.dtype == dtype
     st.close()
@@ -265,12 +235,12 @@ def _w_select_drop_in(rank, world_size, device, group, *, backend):
         full = _full_logits(r, vocab, dtype, 20 + step, device)
         shard = _shard(full, rank, tp)
         val, idx, lse = comm.argmax(shard, vocab_limit=limit, return_logsumexp=True)
-        want_val, want_idx, want_lse = _argmax_ref(full, limit)
+        want_val, want_idx, want_lse = argmax_ref(full, limit)
         assert torch.equal(idx.cpu(), want_idx), step
         assert torch.equal(val.float().cpu(), want_val), step
         assert torch.allclose(lse.cpu(), want_lse, rtol=1e-4, atol=1e-4, equal_nan=True), step
         vals, inds = comm.topk(shard, 7, vocab_limit=limit)
-        rv, ri = _topk_ref(full, limit, 7)
+        rv, ri = topk_ref(full, limit, 7)
         assert torch.equal(inds.cpu(), ri) and torch.equal(vals.float().cpu(), rv), step
     comm.close()
 
@@ -293,7 +263,7 @@ def _w_sub_groups(rank, world_size, device, group, *, backend):
                                   device=device)
     full = _full_logits(6, vocab, torch.float16, seed, device)
     mx, ix = distributed_argmax(st, _shard(full, me, tp))
-    want_val, want_idx, _ = _argmax_ref(full, vocab)
+    want_val, want_idx, _ = argmax_ref(full, vocab)
     assert torch.equal(ix.cpu(), want_idx) and torch.equal(mx.float().cpu(), want_val)
     st.close()
 
@@ -312,31 +282,27 @@ def test_swap_and_gathers(world_size, backend, dtype, n):
 
 
 @pytest.mark.parametrize("world_size", ALL_SIZES)
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_graph_replay(world_size, backend):
-    _need(world_size, backend)
-    _run(world_size, _w_graph, backend=backend)
-
-
-@pytest.mark.parametrize("world_size", ALL_SIZES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_onesided_lazy_dtype(world_size, dtype):
     _need(world_size, "onesided")
     _run(world_size, _w_onesided_lazy, dtype=dtype)
 
 
-@pytest.mark.parametrize("world_size", ALL_SIZES)
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_select_and_drop_in(world_size, backend):
-    _need(world_size, backend)
-    _run(world_size, _w_select_drop_in, backend=backend)
+# (scenario, worker, world sizes): sub-groups are pairs of ranks, so 4 and up
+SCENARIOS = [
+    pytest.param(worker, w, id=f"{name}-tp{w}")
+    for name, worker, sizes in (("graph_replay", _w_graph, (2, 4, 8)),
+                                ("select_drop_in", _w_select_drop_in, (2, 4, 8)),
+                                ("sub_groups", _w_sub_groups, (4, 8)))
+    for w in sizes
+]
 
 
-@pytest.mark.parametrize("world_size", BIG_SIZES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_sub_groups(world_size, backend):
+@pytest.mark.parametrize("worker,world_size", SCENARIOS)
+def test_scenario(worker, world_size, backend):
     _need(world_size, backend)
-    _run(world_size, _w_sub_groups, backend=backend)
+    _run(world_size, worker, backend=backend)
 
 
 @pytest.mark.parametrize("world_size", BIG_SIZES)
