@@ -76,8 +76,8 @@ BACKEND_ENV = "DPSAMPLING_BACKEND"
 BACKEND_ENV_ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
 
 _INT32_MAX = 2**31 - 1
-_NON_GROUP_MEMBER = -100  # torch.distributed.GroupMember.NON_GROUP_MEMBER
 _INT64_MAX = 2**63 - 1
+_NON_GROUP_MEMBER = -100  # torch.distributed.GroupMember.NON_GROUP_MEMBER
 
 
 def build_info():
