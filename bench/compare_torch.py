@@ -408,7 +408,7 @@ def run_select(ctx, shape, rows_out, which):
 
         def dps():
             if which == "argmax":
-                return comm.argmax(shard)[1]
+                return comm.argmax(shard)[0]  # (values, indices)
             return comm.topk(shard, TOPK_K)[0]
 
         eager, replay, graph = _time_graph(ctx, dps)

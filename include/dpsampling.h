@@ -61,7 +61,7 @@ extern "C" {
 #endif
 
 #define DPS_VERSION_MAJOR 0
-#define DPS_VERSION_MINOR 2
+#define DPS_VERSION_MINOR 3
 #define DPS_VERSION_PATCH 0
 #define DPS_VERSION_CODE (DPS_VERSION_MAJOR * 10000 + DPS_VERSION_MINOR * 100 + DPS_VERSION_PATCH)
 
@@ -121,12 +121,13 @@ typedef struct {
   int rank;                   /* this rank, 0 <= rank < tp_size */
   int max_pad_bs;             /* largest padded batch, a multiple of tp_size, >= 1 */
   int num_tokens_per_req;     /* N, >= 1 */
-  int64_t vocab_size;         /* V, a multiple of tp_size, >= 1 */
+  int64_t vocab_size;         /* V, a multiple of tp_size, 1 <= V < 2^32 */
   dpsDataType_t logits_dtype; /* dtype of the logits, or dpsDtypeUnset */
   dpsBackend_t backend;       /* requested backend (environment may override) */
   int cuda_device;            /* CUDA device ordinal, or -1 for the current device */
-  int timeout_ms;             /* onesided: how long a kernel waits for a peer before giving up;
-                                 0 = DPSAMPLING_TIMEOUT_MS from the environment, else 5000 */
+  int timeout_ms;             /* onesided: how long a kernel waits for a peer before giving up,
+                                 at most 86400000 (one day); 0 = DPSAMPLING_TIMEOUT_MS from
+                                 the environment (the same range), else 5000 */
   int max_topk;               /* largest k of dpsTopK, 0..DPS_TOPK_MAX (0: no top-k buffers) */
 } dpsConfig_t;
 
@@ -165,7 +166,8 @@ DPS_API size_t dpsDataTypeSize(dpsDataType_t dtype);
 
 /* Checks a configuration with the rules every creation applies (tp_size >= 1,
  * 0 <= rank < tp_size, max_pad_bs >= 1 and divisible by tp_size, N >= 1,
- * vocab_size >= 1 and divisible by tp_size, valid dtype/backend, sizes whose
+ * vocab_size >= 1, below 2^32 and divisible by tp_size, valid dtype/backend,
+ * 0 <= timeout_ms <= 86400000, 0 <= max_topk <= DPS_TOPK_MAX, sizes whose
  * byte counts fit in 64 bits). Does not touch the GPU. */
 DPS_API dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
 
@@ -355,6 +357,8 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
 /* ---- Greedy selection without moving the logits --------------------------
  * Every rank passes its own vocab shard of the same rows and every rank gets
  * the same result for every row; only a few words per row cross the ranks.
+ * Both calls take their outputs in one order, values then indices (as
+ * torch.max / torch.topk return them).
  * Semantics, identical on both backends and at every tp:
  *  - global index = rank * (V/tp) + column; only global indices below
  *    vocab_limit take part (1 <= vocab_limit <= V; pass V for no limit);
@@ -371,16 +375,16 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
  *  - stream-ordered, no allocation, no host synchronization, capturable;
  *    onesided: one local kernel and one exchange kernel, a dead peer ends in
  *    dpsTimeout; nccl: a local kernel, one all-gather, a merge kernel;
- *  - V must be below 2^32 (global indices travel as 32 bits).
- * dpsArgmax: index int64 [rows] (required), value [rows] of dtype (NULL: not
- *   wanted), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over the
- *   valid columns (NaN if one is NaN), so the argmax token's logprob is
+ *  - V is below 2^32 (global indices travel as 32 bits; dpsConfigCheck).
+ * dpsArgmax: value [rows] of dtype (NULL: not wanted), index int64 [rows]
+ *   (required), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over
+ *   the valid columns (NaN if one is NaN), so the argmax token's logprob is
  *   value - lse.
  * dpsTopK: the k (1 <= k <= config max_topk, k <= vocab_limit) best of every
  *   row, best first: values [rows, k] of dtype (NULL: not wanted), indices
  *   int64 [rows, k] (required). */
 DPS_API dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
-                      dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
+                      dpsDataType_t dtype, int64_t vocab_limit, void* value, int64_t* index,
                       float* lse, struct CUstream_st* stream);
 DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                     dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,

@@ -5,9 +5,10 @@
 (N = 1 runs on a one-GPU machine.) Each rank builds the whole batch's logits
 the same way, keeps its vocabulary slice, and swaps it so that it holds its
 own requests over the whole vocabulary; then it "samples" (argmax) and
-gathers the verify outputs and logprobs of every rank. Every result is
-compared with the values the rank expects; the exit status is 1 on a
-mismatch.
+gathers the verify outputs and logprobs of every rank. It also takes every
+row's argmax straight from the vocabulary slices, without the swap. Every
+result is compared with the values the rank expects; the exit status is 1 on
+a mismatch.
 """
 
 import argparse
@@ -51,7 +52,7 @@ def main():
     comm = DpSamplingComm(
         tp_size=tp,
         rank=rank,
-        group=tuple(range(tp)),
+        group=dist.group.WORLD,  # the engine's ProcessGroup (or a tuple of global ranks)
         max_pad_bs=pad_bs,
         num_tokens_per_req=n,
         vocab_size=vocab,
@@ -87,6 +88,11 @@ def main():
     logprobs -= rank * reqs * n
     lp = comm.gather_verify_logprobs(logprobs, pad_bs=pad_bs)
     ok &= torch.equal(lp, -torch.arange(pad_bs * n, dtype=torch.float32, device=device).view(pad_bs, n))
+
+    # 4. greedy without the swap: every row's (value, global index) from the slices
+    values, indices = comm.argmax(local_logits)
+    ok &= torch.equal(indices, peak)
+    ok &= bool((values == 1.0).all())
 
     torch.cuda.synchronize()
     verdict = torch.tensor([0 if ok else 1], device=device)

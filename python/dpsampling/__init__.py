@@ -57,7 +57,7 @@ try:  # generated at build time
 except ImportError:  # pragma: no cover
     _build_info = None
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DpSamplingComm",
@@ -77,6 +77,7 @@ BACKEND_ENV_ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
+_NON_GROUP_MEMBER = -100  # torch.distributed.GroupMember.NON_GROUP_MEMBER
 
 
 def build_info():
@@ -128,8 +129,38 @@ def _limit_arg(vocab_limit):
     return v
 
 
+def _is_process_group(group):
+    """Whether `group` is a torch.distributed ProcessGroup (without importing
+    torch: a caller that holds one has imported it)."""
+    if "torch" not in sys.modules:
+        return False
+    try:
+        from torch.distributed import ProcessGroup
+    except ImportError:  # a torch built without torch.distributed
+        return False
+    return isinstance(group, ProcessGroup)
+
+
+def _process_group_ranks(pg):
+    """The global ranks of a ProcessGroup, in the order of its group ranks."""
+    import torch.distributed as dist
+
+    try:
+        return tuple(dist.get_process_group_ranks(pg))
+    except (KeyError, ValueError, RuntimeError) as e:  # KeyError: not in torch's registry
+        why = "" if isinstance(e, KeyError) else f": {e}"
+        raise ValueError(
+            f"group={pg!r} is a ProcessGroup that torch.distributed does not know (destroyed, "
+            f"or of another world{why}); pass a live one or a tuple of global ranks"
+        ) from None
+
+
 def _normalize_group(group, tp_size=None):
-    """tuple of global ranks; None -> (0, ..., tp_size-1) (or the world)."""
+    """tuple of global ranks: a torch.distributed ProcessGroup gives its ranks
+    (get_process_group_ranks), a tuple or list is taken as global ranks, an
+    int is one rank; None -> (0, ..., tp_size-1) (or the world)."""
+    if _is_process_group(group):
+        group = _process_group_ranks(group)
     if group is None:
         if tp_size is None:
             dist = _dist_if_initialized()
@@ -143,15 +174,27 @@ def _normalize_group(group, tp_size=None):
         g = tuple(_int_arg("group rank", r) for r in group)
     except TypeError:
         raise TypeError(
-            f"group must be a tuple of global ranks, got {type(group).__name__}"
+            "group must be a torch.distributed ProcessGroup, a tuple of global ranks or an int, "
+            f"got {type(group).__name__}"
         ) from None
     if len(g) == 0:
         raise ValueError("group must not be empty")
     if len(set(g)) != len(g) or min(g) < 0:
-        raise ValueError(f"group={g} must hold distinct non-negative global ranks")
+        hint = ""
+        if g == (_NON_GROUP_MEMBER,):
+            hint = (f" ({_NON_GROUP_MEMBER} is what torch.distributed.new_group returns to a "
+                    "process outside the group: this process is not in it)")
+        raise ValueError(f"group={g} must hold distinct non-negative global ranks{hint}")
     if tp_size is not None and len(g) != tp_size:
         raise ValueError(f"group={g} has {len(g)} ranks but tp_size={tp_size}")
     return g
+
+
+def _group_args(group, tp_size=None):
+    """(the tuple of global ranks, the group as torch collectives and
+    callbacks get it: the ProcessGroup when one was given, else the tuple)."""
+    ranks = _normalize_group(group, tp_size)
+    return ranks, (group if _is_process_group(group) else ranks)
 
 
 def _backend_code(backend):
@@ -253,7 +296,7 @@ _onesided_available = onesided_available
 
 _lock = threading.RLock()
 _groups = {}  # tuple of global ranks -> _C.NcclGroup
-_process_groups = {}  # tuple -> torch ProcessGroup (sub-groups only)
+_process_groups = {}  # tuple -> torch ProcessGroup made here (sub-groups given as tuples)
 
 
 def _rank_in_group(group):
@@ -273,6 +316,9 @@ def _rank_in_group(group):
 
 
 def _process_group(dist, group):
+    """The ProcessGroup of a tuple of global ranks for the bootstrap's
+    broadcast: the default group, or one made once (dist.new_group) and kept.
+    A group given as a ProcessGroup is used as given instead (_group_nccl)."""
     if group == tuple(range(dist.get_world_size())):
         return None  # the default group
     pg = _process_groups.get(group)
@@ -307,7 +353,9 @@ def _warn_nccl_mismatch():
 
 def _group_nccl(group=None):
     """The group's shared NCCL communicator (collective over the group the
-    first time: rank 0 makes the id, torch.distributed broadcasts it)."""
+    first time: rank 0 makes the id, torch.distributed broadcasts it, over
+    `group` itself when it is a ProcessGroup)."""
+    pg = group if _is_process_group(group) else None
     group = _normalize_group(group)
     g = _groups.get(group)
     if g is not None:
@@ -326,7 +374,9 @@ def _group_nccl(group=None):
             import torch.distributed as dist
 
             obj = [_C.get_unique_id() if me == 0 else None]
-            dist.broadcast_object_list(obj, src=group[0], group=_process_group(dist, group))
+            if pg is None:
+                pg = _process_group(dist, group)
+            dist.broadcast_object_list(obj, src=group[0], group=pg)
             uid = obj[0]
             if not isinstance(uid, bytes) or len(uid) != _C.UNIQUE_ID_BYTES:
                 raise RuntimeError("dpsampling: bootstrap broadcast returned a malformed id")
@@ -386,7 +436,9 @@ def get_global_backend():
 
 
 class DpSamplingComm(_C.Comm):
-    """One dpsampling communicator over `group` (a tuple of global ranks).
+    """One dpsampling communicator over `group`: a torch.distributed
+    ProcessGroup (its ranks; the bootstrap broadcasts over it), a tuple of
+    global ranks, or None for (0, ..., tp_size-1). `self.group` is the tuple.
 
     Collective: every rank of the group constructs it with the same arguments.
     max_pad_bs and vocab_size are required (keyword-only, like every argument
@@ -435,7 +487,7 @@ class DpSamplingComm(_C.Comm):
             timeout_ms,
         )
         _C.resolve_backend(backend, True)
-        group = _normalize_group(group, tp_size)
+        group, given = _group_args(group, tp_size)
         if fallback_comm_backend is not None and not callable(
             getattr(fallback_comm_backend, "all_gather_into_tensor", None)
         ):
@@ -451,7 +503,7 @@ class DpSamplingComm(_C.Comm):
             raise ValueError(
                 f"rank={rank} but this process is rank {me} of group={group} in torch.distributed"
             )
-        nccl_group = _group_nccl(group)
+        nccl_group = _group_nccl(given)
         device = torch.cuda.current_device()
         if nccl_group.device != device:
             raise RuntimeError(
@@ -473,7 +525,7 @@ class DpSamplingComm(_C.Comm):
         self.group = group
         self.fallback_comm_backend = fallback_comm_backend
         if fallback_comm_backend is not None and fallback_comm_backend is not _C.global_backend:
-            self._set_collectives(fallback_comm_backend, group)
+            self._set_collectives(fallback_comm_backend, given)
 
     def __repr__(self):
         if self.closed:
@@ -485,34 +537,36 @@ class DpSamplingComm(_C.Comm):
         )
 
     # -- greedy selection without moving the logits --------------------------
-    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_index=None,
-               out_value=None, out_lse=None):
+    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_value=None,
+               out_index=None, out_lse=None):
         """Argmax of every row over the whole vocabulary, from this rank's
-        [rows, V/tp] shard (every rank passes the same rows): (index int64
-        [rows], value [rows] in the logits dtype), plus the row's logsumexp
-        (fp32) with return_logsumexp=True, so the token's logprob is
-        value - lse. Ties go to the lower global index, NaN never wins,
-        columns at or beyond vocab_limit (global) are excluded. The out_*
-        tensors, when given, are written in place (no extra kernel)."""
+        [rows, V/tp] shard (every rank passes the same rows): (values [rows]
+        in the logits dtype, indices int64 [rows]), the order of torch.max,
+        plus the row's logsumexp (fp32) with return_logsumexp=True, so the
+        token's logprob is value - lse. Ties go to the lower global index,
+        NaN never wins, columns at or beyond vocab_limit (global) are
+        excluded. The out_* tensors, when given, are written in place (no
+        extra kernel)."""
         torch = _torch()
         rows = local_logits.shape[0] if local_logits.dim() == 2 else -1
         dev = local_logits.device
-        if out_index is None:
-            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
         if out_value is None:
             out_value = torch.empty(max(rows, 0), dtype=local_logits.dtype, device=dev)
+        if out_index is None:
+            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
         if return_logsumexp and out_lse is None:
             out_lse = torch.empty(max(rows, 0), dtype=torch.float32, device=dev)
-        self._select(local_logits, -1, _limit_arg(vocab_limit), out_index, out_value,
+        self._select(local_logits, -1, _limit_arg(vocab_limit), out_value, out_index,
                      out_lse if return_logsumexp else None)
         if return_logsumexp:
-            return out_index, out_value, out_lse
-        return out_index, out_value
+            return out_value, out_index, out_lse
+        return out_value, out_index
 
     def topk(self, local_logits, k, vocab_limit=None, *, out_values=None, out_indices=None):
         """The k best of every row over the whole vocabulary, best first, from
         this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
-        indices int64 [rows, k]); the same order rules as argmax. k <= 64."""
+        indices int64 [rows, k]), the order of torch.topk and of argmax; the
+        same ranking rules as argmax. k <= 64."""
         torch = _torch()
         k = _int_arg("k", k)
         rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
@@ -521,7 +575,7 @@ class DpSamplingComm(_C.Comm):
             out_values = torch.empty(rows, max(k, 0), dtype=local_logits.dtype, device=dev)
         if out_indices is None:
             out_indices = torch.empty(rows, max(k, 0), dtype=torch.int64, device=dev)
-        self._select(local_logits, k, _limit_arg(vocab_limit), out_indices, out_values, None)
+        self._select(local_logits, k, _limit_arg(vocab_limit), out_values, out_indices, None)
         return out_values, out_indices
 
     def __enter__(self):
@@ -554,7 +608,7 @@ def swap_batch_vocab(
     vocab_size = _int_arg("vocab_size", vocab_size, _INT64_MAX)
     if tp_size < 1 or pad_bs < 1 or pad_bs % tp_size != 0:
         raise ValueError(f"pad_bs={pad_bs} must be a positive multiple of tp_size={tp_size}")
-    group = _normalize_group(group, tp_size)
+    group, given = _group_args(group, tp_size)
     dtype = getattr(local_logits, "dtype", None)
     if dtype is None:
         raise TypeError(
@@ -572,7 +626,7 @@ def swap_batch_vocab(
             comm = DpSamplingComm(
                 tp_size=tp_size,
                 rank=_rank_in_group(group),
-                group=group,
+                group=given,
                 max_pad_bs=max_pad_bs,
                 num_tokens_per_req=num_tokens_per_req,
                 vocab_size=vocab_size,
@@ -585,21 +639,27 @@ def swap_batch_vocab(
     return comm._swap_batch_vocab_new(local_logits, pad_bs)
 
 
-# Skip NCCL/CUDA teardown from finalizers at interpreter exit (peers may be
-# gone); the process is ending anyway.
 # --------------------------------------------------------------------------
 # drop-in for the upstream engine's distributed argmax
 
 
 class DistArgmaxState:
-    """State of distributed_argmax: a DpSamplingComm over `group`, created
-    at the first call (when the shard width, hence V, is known; collective,
-    outside CUDA-graph capture). Needs no NVLink multicast and runs at any
-    tp, tp=1 included."""
+    """State of distributed_argmax: a DpSamplingComm over `group` (a
+    torch.distributed ProcessGroup, a tuple of global ranks or an int),
+    created at the first call (when the shard width, hence V, is known;
+    collective, outside CUDA-graph capture) on `device` (None: the current
+    one); the caller's current device is left as it was. Needs no NVLink
+    multicast and runs at any tp, tp=1 included."""
 
     def __init__(self, group, rank_in_group, max_M, dtype, device=None):
-        self.group = _normalize_group(group)
+        self.group, self._group_arg = _group_args(group)
         self.rank = _int_arg("rank_in_group", rank_in_group)
+        me = _rank_in_group(self.group)
+        if self.rank != me:
+            raise ValueError(
+                f"rank_in_group={self.rank} but this process is rank {me} of group={self.group} "
+                "(global ranks)"
+            )
         self.max_M = _int_arg("max_M", max_M)
         if self.max_M < 1:
             raise ValueError(f"max_M={self.max_M} must be >= 1")
@@ -611,12 +671,11 @@ class DistArgmaxState:
         if self.comm is None:
             tp = len(self.group)
             torch = _torch()
-            if self.device is not None:
-                torch.cuda.set_device(self.device)
-            self.comm = DpSamplingComm(
-                tp, self.rank, self.group, max_pad_bs=-(-self.max_M // tp) * tp,
-                num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
-                logits_dtype=self.dtype)
+            with torch.cuda.device(self.device):  # None: stays; else restored on exit
+                self.comm = DpSamplingComm(
+                    tp, self.rank, self._group_arg, max_pad_bs=-(-self.max_M // tp) * tp,
+                    num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
+                    logits_dtype=self.dtype)
         return self.comm
 
     def close(self):
@@ -629,8 +688,11 @@ class DistArgmaxState:
 def create_dist_argmax_state(group, rank_in_group, max_M, dtype, device=None,
                              skip_ping_pong=False):
     """Drop-in for the upstream engine's create_dist_argmax_state. The
-    arguments mean the same; skip_ping_pong is accepted and has no effect
-    (the exchange double-buffers itself)."""
+    arguments mean the same: group is the engine's torch.distributed
+    ProcessGroup (or a tuple of global ranks), rank_in_group this process's
+    index in it (checked: ValueError naming both when it differs);
+    skip_ping_pong is accepted and has no effect (the exchange
+    double-buffers itself)."""
     del skip_ping_pong
     return DistArgmaxState(group, rank_in_group, max_M, dtype, device)
 
@@ -641,10 +703,11 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     dtype, idx [M] int64 global vocab indices), the same on every rank.
     out_max / out_idx are written in place when given (no extra kernel)."""
     comm = state._comm_for(logits)
-    idx, val = comm.argmax(logits, out_index=out_idx, out_value=out_max)
-    return val, idx
+    return comm.argmax(logits, out_value=out_max, out_index=out_idx)
 
 
+# Skip NCCL/CUDA teardown from finalizers at interpreter exit (peers may be
+# gone); the process is ending anyway.
 import atexit as _atexit  # noqa: E402
 
 _atexit.register(_C._shutdown)

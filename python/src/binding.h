@@ -49,7 +49,8 @@
 int shutting_down(void); /* _shutdown() ran (registered with atexit) */
 
 /* group registry of the Python layer: dict tuple -> NcclGroup, and a callable
- * group -> NcclGroup that bootstraps on a miss */
+ * group (a tuple of global ranks or a ProcessGroup) -> NcclGroup that
+ * bootstraps on a miss */
 extern PyObject* g_registry;
 extern PyObject* g_resolver;
 
@@ -247,7 +248,7 @@ NcclGroupObject* lookup_group(PyObject* group);
 /* Python collectives (fallback_comm_backend) as a dpsCollectives_t. */
 typedef struct {
   PyObject* backend; /* object with all_gather_into_tensor / all_to_all_single */
-  PyObject* group;   /* tuple of global ranks, passed as group= */
+  PyObject* group;   /* passed as group=: the ProcessGroup or tuple of global ranks given */
   Handle* owner;     /* borrowed: the Comm object outlives its adapter's use */
   int device, tp;
   PyObject* exc; /* exception raised inside a callback, re-raised by the op */

@@ -554,9 +554,9 @@ static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject
   return v;
 }
 
-/* _select(logits, k, vocab_limit, index, value, lse): dpsArgmax (k < 0) or
+/* _select(logits, k, vocab_limit, value, index, lse): dpsArgmax (k < 0) or
  * dpsTopK (k >= 0: the library checks k) into the caller's tensors (the
- * Python methods make them). */
+ * Python methods make them); values first, then indices, as in the C API. */
 static int select_out(PyObject* t, const char* name, PyObject* want_dt, const char* want_name,
                       int device, int64_t rows, int k, void** ptr) {
   *ptr = NULL;
@@ -576,7 +576,7 @@ static int select_out(PyObject* t, const char* name, PyObject* want_dt, const ch
 }
 
 static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, long long limit,
-                             PyObject* oi, PyObject* ov, PyObject* ol) {
+                             PyObject* ov, PyObject* oi, PyObject* ol) {
   if (torch_load() != 0) return NULL;
   dpsDataType_t code;
   PyObject* dt = logits_dtype(x, &code);
@@ -589,11 +589,11 @@ static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, lo
     Py_DECREF(dt);
     return NULL;
   }
-  void *pi, *pv, *pl;
-  const int bad = select_out(oi, k >= 0 ? "out_indices" : "out_index", t_i64, "torch.int64",
-                             self->device, a.shape[0], k, &pi) ||
-                  select_out(ov, k >= 0 ? "out_values" : "out_value", dt, dname, self->device,
+  void *pv, *pi, *pl;
+  const int bad = select_out(ov, k >= 0 ? "out_values" : "out_value", dt, dname, self->device,
                              a.shape[0], k, &pv) ||
+                  select_out(oi, k >= 0 ? "out_indices" : "out_index", t_i64, "torch.int64",
+                             self->device, a.shape[0], k, &pi) ||
                   select_out(ol, "out_lse", t_f32, "torch.float32", self->device, a.shape[0], -1,
                              &pl);
   Py_DECREF(dt);
@@ -606,7 +606,7 @@ static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, lo
   dpsResult_t r;
   PyThreadState* ts = op_gil_drop(self);
   if (k < 0)
-    r = dpsArgmax(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, (int64_t*)pi, pv,
+    r = dpsArgmax(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, pv, (int64_t*)pi,
                   (float*)pl, (struct CUstream_st*)stream);
   else
     r = dpsTopK(comm, a.ptr, a.shape[0], a.shape[1], code, k, vlimit, pv, (int64_t*)pi,
@@ -617,13 +617,13 @@ static PyObject* select_body(CommObject* self, Handle* h, PyObject* x, int k, lo
 }
 
 static PyObject* comm_select(CommObject* self, PyObject* args) {
-  PyObject *x, *oi, *ov, *ol;
+  PyObject *x, *ov, *oi, *ol;
   int k;
   long long limit;
-  if (!PyArg_ParseTuple(args, "OiLOOO:_select", &x, &k, &limit, &oi, &ov, &ol)) return NULL;
+  if (!PyArg_ParseTuple(args, "OiLOOO:_select", &x, &k, &limit, &ov, &oi, &ol)) return NULL;
   Handle* h;
   if (comm_enter(self, k >= 0 ? "topk" : "argmax", &h) != 0) return NULL;
-  PyObject* v = select_body(self, h, x, k, limit, oi, ov, ol);
+  PyObject* v = select_body(self, h, x, k, limit, ov, oi, ol);
   comm_leave(self, h);
   return v;
 }
@@ -778,7 +778,7 @@ static PyGetSetDef comm_getset[] = {
 
 static PyMethodDef comm_methods[] = {
     {"_select", (PyCFunction)comm_select, METH_VARARGS,
-     "_select(local_logits, k, vocab_limit, index, value, lse): argmax (k<0) or top-k into the "
+     "_select(local_logits, k, vocab_limit, value, index, lse): argmax (k<0) or top-k into the "
      "given tensors (None: not wanted; vocab_limit <= 0: the vocab size)"},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},

@@ -5,6 +5,7 @@ torch use pytest.importorskip("torch").
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,11 +26,7 @@ from dpsampling import (
 ENV = "DPSAMPLING_BACKEND"
 ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(ALIAS, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_backend_env")
 
 
 def _has_gpu():
@@ -69,10 +66,26 @@ def test_import_exports():
         assert hasattr(dpsampling, name), name
     assert _resolve_backend is resolve_backend
     assert _onesided_available is onesided_available
-    assert dpsampling._dpsampling.version() == dpsampling._dpsampling.HEADER_VERSION
+
+
+def test_versions_agree():
+    """The version is written in pyproject.toml (the package), CMakeLists.txt
+    (the library's DPS_VERSION_* and the build info) and __init__.py: the
+    package, the loaded library and its header all say the same one."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        pyproject = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+    with open(os.path.join(root, "CMakeLists.txt")) as f:
+        cmake = re.search(r"project\(dpsampling VERSION (\S+)", f.read()).group(1)
+    assert dpsampling.__version__ == pyproject == cmake
+    major, minor, patch = (int(x) for x in pyproject.split("."))
+    code = major * 10000 + minor * 100 + patch
     info = dpsampling.build_info()
-    major, minor, patch = (int(x) for x in dpsampling.__version__.split("."))
-    assert info["library_version"] == major * 10000 + minor * 100 + patch == 200
+    assert info["version"] == pyproject
+    assert info["library_version"] == code  # dpsGetVersion of the loaded library
+    assert dpsampling._dpsampling.HEADER_VERSION == code  # the header it was built with
+    if dpsampling._build_info is not None:
+        assert dpsampling._build_info.VERSION == cmake
 
 
 def test_import_does_not_import_torch():
@@ -136,13 +149,27 @@ def test_env_empty_is_ignored(monkeypatch):
     assert resolve_backend("nccl", (0, 1)) == "nccl"
 
 
+def _peer_access_01():
+    """Ground truth of onesided_available((0, 1)) on one node: devices 0 and 1
+    exist and reach each other (torch's own peer-access query)."""
+    if not _has_gpu():
+        return False
+    import torch
+
+    return torch.cuda.device_count() >= 2 and all(
+        torch.cuda.can_device_access_peer(a, b) for a, b in ((0, 1), (1, 0)))
+
+
 def test_resolve_without_env_follows_availability():
-    avail = onesided_available((0, 1))
+    avail = _peer_access_01()
+    assert onesided_available((0, 1)) is avail
     assert resolve_backend("nccl", (0, 1)) == "nccl"
     assert resolve_backend("auto", (0, 1)) == ("onesided" if avail else "nccl")
     if not avail:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="DPSAMPLING_BACKEND=nccl"):
             resolve_backend("onesided", (0, 1))
+    else:
+        assert resolve_backend("onesided", (0, 1)) == "onesided"
 
 
 def test_resolve_rejects_bad_request():
@@ -172,18 +199,16 @@ def test_onesided_available_false_without_gpu():
 
 
 def test_onesided_available_never_raises():
+    """Invalid groups and absent devices are never available, GPU or not."""
     for bad in ("garbage", (0, 0), (), (-1, 2), object(), (10**6, 10**6 + 1)):
-        assert onesided_available(bad) in (True, False)
+        assert onesided_available(bad) is False, bad
 
 
 def test_onesided_on_devices_without_gpu():
     if _has_gpu():
         pytest.skip("a GPU is present")
-    try:
-        r = dpsampling._dpsampling.onesided_available_on_devices([0, 1])
-    except RuntimeError:
-        return  # a CUDA error without a device is acceptable here
-    assert r is False
+    # no device: not available, and no error (dpsOnesidedAvailableOnDevices writes 0)
+    assert dpsampling._dpsampling.onesided_available_on_devices([0, 1]) is False
 
 
 # ---- configuration validation (ValueError/TypeError before any torch/GPU use) ----
@@ -221,6 +246,8 @@ def _kw(**over):
         (dict(group=(0, 1, 2)), "group"),
         (dict(group=(0, 0)), "group"),
         (dict(max_pad_bs=2**40), "max_pad_bs"),
+        (dict(vocab_size=2**32), "vocab_size=4294967296"),
+        (dict(timeout_ms=86400001), "timeout_ms=86400001"),
     ],
 )
 def test_config_errors_are_value_errors(over, match):
@@ -229,19 +256,19 @@ def test_config_errors_are_value_errors(over, match):
 
 
 @pytest.mark.parametrize(
-    "over",
+    "over,match",
     [
-        dict(logits_dtype="int8"),
-        dict(logits_dtype=object()),
-        dict(logits_dtype=3),
-        dict(tp_size="2"),
-        dict(max_pad_bs=8.0),
-        dict(backend=1),
-        dict(fallback_comm_backend=object()),
+        (dict(logits_dtype="int8"), "logits_dtype='int8'"),
+        (dict(logits_dtype=object()), "logits_dtype=<object"),
+        (dict(logits_dtype=3), "logits_dtype=3"),
+        (dict(tp_size="2"), "tp_size must be an int, got str"),
+        (dict(max_pad_bs=8.0), "max_pad_bs must be an int, got float"),
+        (dict(backend=1), "backend must be 'auto', 'nccl' or 'onesided', got int"),
+        (dict(fallback_comm_backend=object()), "fallback_comm_backend must have"),
     ],
 )
-def test_type_errors(over):
-    with pytest.raises(TypeError):
+def test_type_errors(over, match):
+    with pytest.raises(TypeError, match=re.escape(match)):
         DpSamplingComm(**_kw(**over))
 
 
@@ -297,6 +324,19 @@ def test_config_check_direct():
         C.config_check(2, 1, 8, 4, 63, C.DTYPE_UNSET, C.BACKEND_AUTO)
 
 
+def test_config_limits_at_and_past():
+    """vocab_size below 2^32 and timeout_ms up to one day (86400000 ms, the
+    bound of DPSAMPLING_TIMEOUT_MS too): the limit passes, one past fails
+    naming the argument and its value."""
+    C = dpsampling._dpsampling
+    C.config_check(2, 1, 8, 4, 2**32 - 2, C.DTYPE_UNSET, C.BACKEND_AUTO)  # largest even
+    with pytest.raises(ValueError, match="vocab_size=4294967296"):
+        C.config_check(2, 1, 8, 4, 2**32, C.DTYPE_UNSET, C.BACKEND_AUTO)
+    C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO, 86400000)
+    with pytest.raises(ValueError, match="timeout_ms=86400001"):
+        C.config_check(2, 1, 8, 4, 64, C.DTYPE_UNSET, C.BACKEND_AUTO, 86400001)
+
+
 # ---- with torch (still no GPU needed) ---------------------------------------------
 
 
@@ -317,14 +357,14 @@ def test_no_gpu_construction_is_runtime_error():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="needs a CUDA device"):
         DpSamplingComm(**_kw(tp_size=1, rank=0, group=(0,), max_pad_bs=8, vocab_size=64))
 
 
 def test_free_function_rejects_integer_logits():
     torch = pytest.importorskip("torch")
     x = torch.zeros(8, 32, dtype=torch.int32)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="local_logits.dtype"):
         swap_batch_vocab(x, tp_size=2, pad_bs=8, num_tokens_per_req=1, vocab_size=64, group=(0, 1))
 
 

@@ -22,6 +22,14 @@ ev_in, ev_done = threading.Event(), threading.Event()
 def note(r, what, ok, detail=""):
     notes.append((r, what, ok, detail))
 
+def progress(r, what, detail=""):
+    """A step reached (printed, not a check)."""
+    print("PROGRESS", (r, what, detail), flush=True)
+
+def backend_ok(name):
+    """The resolved backend is the one asked for (auto: either)."""
+    return backend_name == "auto" or name == backend_name
+
 def expect_busy(r, what, fn, match):
     try:
         fn()
@@ -60,7 +68,7 @@ def intruder():
     c0 = comms[0]
     expect_busy(-1, "other-thread close", c0.close, "on another thread")
     expect_busy(-1, "other-thread logprobs", lambda: c0.gather_verify_logprobs(torch.zeros(MAXB // TP, N, device="cuda:0")), "in use by gather_verify_outputs")
-    note(-1, "other-thread getter", c0.backend in ("nccl", "onesided"), c0.backend)
+    note(-1, "other-thread getter", backend_ok(c0.backend), c0.backend)
     ev_done.set()
 
 def rank_main(r):
@@ -71,14 +79,14 @@ def rank_main(r):
         comm = dpsampling.DpSamplingComm.__new__(dpsampling.DpSamplingComm)
         comm._create(g, TP, r, MAXB, N, V, C.DTYPE_UNSET, backend, r)  # dtype unset: first swap prepares
         comms[r] = comm
-        note(r, "backend", True, comm.backend)
+        note(r, "backend", backend_ok(comm.backend), comm.backend)
         L = torch.arange(MAXB * N * V, dtype=torch.float32, device=dev).reshape(MAXB * N, V)
         x = L[:, r * (V // TP):(r + 1) * (V // TP)].contiguous()
         torch.cuda.synchronize()
         bar.wait()
         t0 = time.time()
         out = comm.swap_batch_vocab(x)           # lazy prepare: collective
-        note(r, "first swap s", True, f"{time.time() - t0:.3f}")
+        progress(r, "first swap s", f"{time.time() - t0:.3f}")
         rows = MAXB // TP * N
         torch.cuda.synchronize()
         note(r, "swap result", torch.equal(out, L[r * rows:(r + 1) * rows]), "")
@@ -109,10 +117,10 @@ def rank_main(r):
         bar.wait()
         del keep                                  # DLPack deleter destroys (collective for onesided)
         gc.collect()
-        note(r, "destroyed via deleter", True, "")
+        progress(r, "destroyed via deleter")
         bar.wait()
         del g                                     # ncclCommDestroy
-        note(r, "group released", True, "")
+        progress(r, "group released")
     except BaseException as e:
         import traceback
         errors.append(f"rank {r}: {traceback.format_exc()}")

@@ -79,7 +79,7 @@ dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
     *ms = DPS_DEFAULT_TIMEOUT_MS;
     return dpsSuccess;
   }
-  if (got < 0 || val < 1 || val > 24ull * 3600 * 1000)
+  if (got < 0 || !dpsTimeoutMsInRange(val))
     return dpsSetError(dpsInvalidArgument,
                        "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
                        "[1, 86400000]",

@@ -78,6 +78,11 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
     return dpsSetError(dpsInvalidArgument,
                        "vocab_size=%" PRId64 " must be a positive multiple of tp_size=%d",
                        c->vocab_size, c->tp_size);
+  if (c->vocab_size > DPS_VOCAB_MAX)
+    return dpsSetError(dpsInvalidArgument,
+                       "vocab_size=%" PRId64 " must be below 2^32 = %" PRId64
+                       " (global indices travel between the ranks as 32 bits)",
+                       c->vocab_size, DPS_VOCAB_MAX + 1);
   if (!validDtype(c->logits_dtype))
     return dpsSetError(dpsInvalidArgument,
                        "logits_dtype=%d is not dpsFloat32, dpsBfloat16, dpsFloat16 or dpsDtypeUnset",
@@ -89,9 +94,10 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
   if (c->cuda_device < -1)
     return dpsSetError(dpsInvalidArgument, "cuda_device=%d must be a device ordinal or -1",
                        c->cuda_device);
-  if (c->timeout_ms < 0)
-    return dpsSetError(dpsInvalidArgument, "timeout_ms=%d must be >= 0 (0 = default)",
-                       c->timeout_ms);
+  if (c->timeout_ms < 0 || (c->timeout_ms > 0 && !dpsTimeoutMsInRange((uint64_t)c->timeout_ms)))
+    return dpsSetError(dpsInvalidArgument,
+                       "timeout_ms=%d must be in [0, %d] (0 = DPSAMPLING_TIMEOUT_MS, else 5000)",
+                       c->timeout_ms, DPS_TIMEOUT_MS_MAX);
   if (c->max_topk < 0 || c->max_topk > DPS_TOPK_MAX)
     return dpsSetError(dpsInvalidArgument, "max_topk=%d must be in [0, %d]", c->max_topk,
                        DPS_TOPK_MAX);
@@ -107,6 +113,8 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
                        c->max_pad_bs, c->num_tokens_per_req, c->vocab_size);
   return dpsSuccess;
 }
+
+int dpsTimeoutMsInRange(uint64_t ms) { return ms >= 1 && ms <= DPS_TIMEOUT_MS_MAX; }
 
 int dpsEnvUint(const char* name, uint64_t* value) {
   const char* v = getenv(name);

@@ -77,6 +77,18 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r);
  * *value set, -1 when malformed (*value untouched). Ranges are the caller's. */
 int dpsEnvUint(const char* name, uint64_t* value);
 
+/* ---- limits (core/config.c), checked once, in 64 bits ------------------- */
+/* The longest one-sided timeout, from the config or DPSAMPLING_TIMEOUT_MS:
+ * one day. */
+#define DPS_TIMEOUT_MS_MAX 86400000
+/* Whether `ms` is a timeout the library takes: 1 <= ms <= DPS_TIMEOUT_MS_MAX. */
+int dpsTimeoutMsInRange(uint64_t ms);
+/* The largest vocab_size: global indices travel between the ranks as 32 bits. */
+#define DPS_VOCAB_MAX ((int64_t)UINT32_MAX)
+/* How long dpsCommClose waits for the communicator's own work (core/teardown.c):
+ * twice the timeout plus a second, in 64 bits. */
+int64_t dpsCloseWaitMs(int timeout_ms);
+
 /* ---- backends ------------------------------------------------------------ */
 /* One dpsArgmax / dpsTopK call (core/select.c). */
 typedef struct dpsSelectCall {

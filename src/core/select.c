@@ -29,11 +29,7 @@ static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logit
                        "%s: vocab_limit=%" PRId64 " must be in [1, vocab_size=%" PRId64 "]", op,
                        vocab_limit, c->vocab_size);
   DPS_CHECK(dpsCheckLogitsData(comm, op, "logits", logits, dtype));
-  if (c->vocab_size > (int64_t)UINT32_MAX)
-    return dpsSetError(dpsInvalidUsage,
-                       "%s: vocab_size=%" PRId64 " does not fit the 32-bit global indices the "
-                       "ranks exchange",
-                       op, c->vocab_size);
+  /* vocab_size <= DPS_VOCAB_MAX (32-bit global indices): dpsConfigCheck, at creation. */
   call->logits = logits;
   call->rows = rows;
   call->dtype = dtype;
@@ -67,13 +63,13 @@ static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall
 }
 
 dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
-                      dpsDataType_t dtype, int64_t vocab_limit, int64_t* index, void* value,
+                      dpsDataType_t dtype, int64_t vocab_limit, void* value, int64_t* index,
                       float* lse, cudaStream_t stream) {
   static const char* op = "argmax";
   dpsSelectCall call = {0};
   DPS_CHECK(checkSelect(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
-  DPS_CHECK(checkOut(op, "index", index, 8, 1));
   DPS_CHECK(checkOut(op, "value", value, dpsDataTypeSize(dtype), 0));
+  DPS_CHECK(checkOut(op, "index", index, 8, 1));
   DPS_CHECK(checkOut(op, "lse", lse, 4, 0));
   call.k = 0;
   call.index = index;
@@ -94,8 +90,8 @@ dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t co
                        "%s: k=%d must be in [1, min(max_topk=%d, vocab_limit=%" PRId64 ")]%s", op,
                        k, kmax, vocab_limit,
                        kmax == 0 ? " (created with max_topk=0: no top-k buffers)" : "");
-  DPS_CHECK(checkOut(op, "indices", indices, 8, 1));
   DPS_CHECK(checkOut(op, "values", values, dpsDataTypeSize(dtype), 0));
+  DPS_CHECK(checkOut(op, "indices", indices, 8, 1));
   call.k = k;
   call.index = indices;
   call.value = values;

@@ -17,6 +17,7 @@
  * cudaEventDestroy; cudaFree and cudaDeviceSynchronize break it in any
  * mode), which is why device buffers come from cudaMallocAsync. */
 #define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,8 @@ static dpsResult_t checkNotCaptured(dpsComm_t comm, const char* what) {
   return dpsSuccess;
 }
 
+int64_t dpsCloseWaitMs(int timeout_ms) { return 2 * (int64_t)timeout_ms + 1000; }
+
 static long long nowMs(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -130,7 +133,7 @@ static long long nowMs(void) {
 }
 
 /* Waits for the communicator's own uncaptured work, at most `ms`. */
-static int waitOwnWork(dpsComm_t comm, int ms) {
+static int waitOwnWork(dpsComm_t comm, int64_t ms) {
   if (comm->work_done == NULL) return 1; /* nothing was ever enqueued */
   const long long deadline = nowMs() + ms;
   for (;;) {
@@ -228,11 +231,11 @@ dpsResult_t dpsCommClose(dpsComm_t comm) {
   /* The onesided kernels give up after one timeout each and the ones
    * queued behind a failure exit at once; NCCL's may wait forever for a
    * dead peer. */
-  const int wait_ms = 2 * comm->timeout_ms + 1000;
+  const int64_t wait_ms = dpsCloseWaitMs(comm->timeout_ms);
   if (!waitOwnWork(comm, wait_ms)) {
     dpsLog(DPS_LOG_WARN,
-           "rank %d: dpsCommClose: the communicator's queued work did not finish within %d ms; "
-           "closing it as failed",
+           "rank %d: dpsCommClose: the communicator's queued work did not finish within %" PRId64
+           " ms; closing it as failed",
            comm->config.rank, wait_ms);
     (void)dpsCommMarkFailed(comm, dpsTimeout);
   }

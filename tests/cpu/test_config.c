@@ -1,7 +1,10 @@
 /* dpsConfigCheck rules (host only): every rule rejects with
  * dpsInvalidArgument and a message naming the argument and its value; valid
- * configurations pass; uninitialized configs and byte-count overflow are caught. */
+ * configurations pass; uninitialized configs and byte-count overflow are
+ * caught; the limits (timeout_ms, vocab_size, close's wait bound) at and
+ * just past each one. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,18 +142,76 @@ int main(void) {
   c = good(); c.backend = (dpsBackend_t)-1;
   EXPECT_BAD(c, "backend", "-1");
 
-  /* Byte counts that do not fit in 64 bits. */
+  /* vocab_size below 2^32 (global indices travel as 32 bits), at creation. */
+  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = 8; c.vocab_size = UINT32_MAX;
+  FX_CHECK_OK(dpsConfigCheck(&c)); /* 2^32 - 1: the largest */
+  c.vocab_size = (int64_t)UINT32_MAX + 1;
+  EXPECT_BAD(c, "vocab_size=4294967296", "2^32");
+  c = good(); c.vocab_size = (int64_t)UINT32_MAX - 3; /* 2^32 - 4, the largest multiple of 4 */
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  c.vocab_size = (int64_t)UINT32_MAX + 1; /* a multiple of tp_size=4, one past */
+  EXPECT_BAD(c, "vocab_size=4294967296", "2^32");
   c = good(); c.tp_size = 1; c.rank = 0; c.vocab_size = INT64_MAX;
   EXPECT_BAD(c, "vocab_size", "9223372036854775807");
-  c = good(); c.vocab_size = (INT64_MAX / 4) * 4; /* divisible, still overflows */
-  EXPECT_BAD(c, "vocab_size", "overflow");
+  c = good(); c.vocab_size = (INT64_MAX / 4) * 4; /* a multiple of tp_size, far too large */
+  EXPECT_BAD(c, "vocab_size=9223372036854775804", "2^32");
+
+  /* Byte counts that do not fit in 64 bits. */
   c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = INT32_MAX;
   c.num_tokens_per_req = INT32_MAX; c.vocab_size = 1 << 20;
   EXPECT_BAD(c, "max_pad_bs", "overflow");
+  c = good(); c.max_pad_bs = (INT32_MAX / 4) * 4; c.num_tokens_per_req = INT32_MAX;
+  c.vocab_size = (int64_t)UINT32_MAX - 3; /* the largest vocab, the product overflows */
+  EXPECT_BAD(c, "vocab_size=4294967292", "overflow");
   /* Large but representable: 2^31 * 8 * 2^20 * 8 bytes = 2^57 fits. */
   c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = 1 << 30;
   c.num_tokens_per_req = 8; c.vocab_size = (int64_t)1 << 20;
   FX_CHECK_OK(dpsConfigCheck(&c));
+
+  /* timeout_ms: 0 (the environment or the default) up to one day, the same
+   * bound as DPSAMPLING_TIMEOUT_MS (dpsTimeoutMsInRange serves both). */
+  c = good(); c.timeout_ms = 0;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  c.timeout_ms = 1;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  c.timeout_ms = 86400000;
+  FX_CHECK_OK(dpsConfigCheck(&c));
+  c.timeout_ms = 86400001;
+  EXPECT_BAD(c, "timeout_ms=86400001", "86400000");
+  c.timeout_ms = INT_MAX;
+  EXPECT_BAD(c, "timeout_ms=2147483647", "86400000");
+  c.timeout_ms = -1;
+  EXPECT_BAD(c, "timeout_ms=-1", "86400000");
+  c.timeout_ms = INT_MIN;
+  EXPECT_BAD(c, "timeout_ms=-2147483648", "86400000");
+  FX_CHECK(!dpsTimeoutMsInRange(0) && dpsTimeoutMsInRange(1) && dpsTimeoutMsInRange(86400000) &&
+               !dpsTimeoutMsInRange(86400001) && !dpsTimeoutMsInRange(UINT64_MAX),
+           "dpsTimeoutMsInRange bounds");
+  {
+    /* The environment path: the same bound, the config first. */
+    const char* var = "DPSAMPLING_TIMEOUT_MS";
+    int ms = -1;
+    c = good();
+    setenv(var, "86400000", 1);
+    FX_CHECK_OK(dpsResolveTimeoutMs(&c, &ms));
+    FX_CHECK(ms == 86400000, "%s=86400000 -> %d ms", var, ms);
+    setenv(var, "86400001", 1);
+    ms = -1;
+    FX_CHECK_ERR(dpsResolveTimeoutMs(&c, &ms), dpsInvalidArgument, "DPSAMPLING_TIMEOUT_MS='86400001'");
+    FX_CHECK(ms == -1, "timeout written on failure: %d", ms);
+    c.timeout_ms = 86400000; /* the config's own value wins over the environment */
+    FX_CHECK_OK(dpsResolveTimeoutMs(&c, &ms));
+    FX_CHECK(ms == 86400000, "config 86400000 -> %d ms", ms);
+    unsetenv(var);
+  }
+  /* dpsCommClose's wait bound, twice the timeout plus one second, in 64 bits
+   * (2 * INT_MAX + 1000 would overflow an int). */
+  FX_CHECK(dpsCloseWaitMs(5000) == 11000, "wait for 5000 ms: %lld",
+           (long long)dpsCloseWaitMs(5000));
+  FX_CHECK(dpsCloseWaitMs(86400000) == 172801000LL, "wait for 86400000 ms: %lld",
+           (long long)dpsCloseWaitMs(86400000));
+  FX_CHECK(dpsCloseWaitMs(INT_MAX) == 4294968294LL, "wait for INT_MAX ms: %lld",
+           (long long)dpsCloseWaitMs(INT_MAX));
 
   /* Names and sizes used in messages. */
   FX_CHECK(dpsDataTypeSize(dpsFloat32) == 4, "fp32 size");

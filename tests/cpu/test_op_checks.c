@@ -2,7 +2,9 @@
  * of the host-only test provider whose backend only records what reaches it (no GPU needed):
  * bad calls fail with a message naming the argument, reach no backend and
  * write no output; good calls reach the backend once and return the
- * persistent buffers; dtype locking and sticky asynchronous errors. */
+ * persistent buffers; argmax / top-k hand the backend each output in its
+ * documented place (values, then indices); dtype locking and sticky
+ * asynchronous errors. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
@@ -15,8 +17,9 @@
 #include "testsupport.h"
 
 static struct {
-  int init, prepare, swap, gather, logprobs, destroy;
+  int init, prepare, swap, gather, logprobs, select, destroy;
   int last_pad_bs;
+  dpsSelectCall last_select; /* what the last argmax / top-k handed the backend */
   dpsResult_t fail_with;   /* returned by the next operation, then cleared */
   dpsResult_t async_error; /* reported by async_error */
 } rec;
@@ -56,6 +59,11 @@ static dpsResult_t fLogprobs(dpsComm_t c, const dpsShape* sh, const float* in, c
   (void)c, (void)in, (void)s;
   return opResult(&rec.logprobs, sh->pad_bs);
 }
+static dpsResult_t fSelect(dpsComm_t c, const dpsSelectCall* call, cudaStream_t s) {
+  (void)c, (void)s;
+  rec.last_select = *call;
+  return opResult(&rec.select, 0);
+}
 static dpsResult_t fAsync(dpsComm_t c) {
   (void)c;
   /* atomic: the watchdog test calls it from a second thread */
@@ -68,8 +76,8 @@ static void fDestroy(dpsComm_t c) {
 }
 static const dpsBackendOps kFake = {.name = "fake", .init = fInit, .prepare = fPrepare,
                                     .swap = fSwap, .gather_outputs = fGather,
-                                    .gather_logprobs = fLogprobs, .async_error = fAsync,
-                                    .destroy = fDestroy};
+                                    .gather_logprobs = fLogprobs, .select = fSelect,
+                                    .async_error = fAsync, .destroy = fDestroy};
 
 static dpsConfig_t config(dpsDataType_t dtype) {
   dpsConfig_t c = DPS_CONFIG_INITIALIZER;
@@ -343,6 +351,75 @@ static int testTimeoutEnv(void) {
   return 0;
 }
 
+/* dpsArgmax (..., value, index, lse, stream) and dpsTopK (..., values,
+ * indices, stream): each pointer reaches the backend as the output it is
+ * documented to be, a bad one is named as that output, and a refused call
+ * reaches no backend. The config: tp 4, V = 400 (V/tp = 100), rows up to
+ * max_pad_bs*N = 64*3 = 192, max_topk 64. */
+static int testSelectOutputs(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  static _Alignas(16) char value[8 * 64 * 2], index[8 * 64 * 8], lse[8 * 4];
+  FX_CHECK_OK(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, (int64_t*)index,
+                        (float*)lse, NULL));
+  FX_CHECK(rec.select == 1, "argmax reached the backend %d times", rec.select);
+  const dpsSelectCall* a = &rec.last_select;
+  FX_CHECK(a->k == 0 && a->rows == 8 && a->vocab_limit == 400 && a->logits == in_buf &&
+               a->dtype == dpsBfloat16,
+           "argmax call: k=%d rows=%lld vocab_limit=%lld", a->k, (long long)a->rows,
+           (long long)a->vocab_limit);
+  FX_CHECK(a->value == (void*)value && a->index == (int64_t*)index && a->lse == (float*)lse,
+           "argmax outputs swapped: value=%p index=%p lse=%p, passed value=%p index=%p lse=%p",
+           a->value, (void*)a->index, (void*)a->lse, (void*)value, (void*)index, (void*)lse);
+  FX_CHECK_OK(dpsArgmax(comm, in_buf, 3, 100, dpsBfloat16, 77, NULL, (int64_t*)index, NULL, NULL));
+  FX_CHECK(a->value == NULL && a->index == (int64_t*)index && a->lse == NULL &&
+               a->vocab_limit == 77 && a->rows == 3,
+           "argmax without value / lse: value=%p index=%p lse=%p", a->value, (void*)a->index,
+           (void*)a->lse);
+  FX_CHECK_OK(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 7, 400, value, (int64_t*)index, NULL));
+  FX_CHECK(rec.select == 3, "top-k reached the backend %d times", rec.select);
+  FX_CHECK(a->k == 7 && a->rows == 5 && a->value == (void*)value && a->index == (int64_t*)index &&
+               a->lse == NULL,
+           "top-k outputs swapped: k=%d values=%p indices=%p, passed values=%p indices=%p", a->k,
+           a->value, (void*)a->index, (void*)value, (void*)index);
+  /* each bad pointer is named as the output it stands for, and nothing runs */
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value + 1, (int64_t*)index, NULL,
+                         NULL),
+               dpsInvalidArgument, "argmax: value=");
+  FX_CHECK(strstr(dpsGetLastError(), "not 2-byte aligned") != NULL, "message: %s",
+           dpsGetLastError());
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, (int64_t*)(index + 4),
+                         NULL, NULL),
+               dpsInvalidArgument, "argmax: index=");
+  FX_CHECK(strstr(dpsGetLastError(), "not 8-byte aligned") != NULL, "message: %s",
+           dpsGetLastError());
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, NULL, NULL, NULL),
+               dpsInvalidArgument, "argmax: index is NULL");
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, (int64_t*)index,
+                         (float*)(lse + 2), NULL),
+               dpsInvalidArgument, "argmax: lse=");
+  FX_CHECK_ERR(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 7, 400, value + 1, (int64_t*)index, NULL),
+               dpsInvalidArgument, "topk: values=");
+  FX_CHECK_ERR(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 7, 400, value, (int64_t*)(index + 4),
+                       NULL),
+               dpsInvalidArgument, "topk: indices=");
+  FX_CHECK_ERR(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 7, 400, value, NULL, NULL),
+               dpsInvalidArgument, "topk: indices is NULL");
+  FX_CHECK_ERR(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 65, 400, value, (int64_t*)index, NULL),
+               dpsInvalidArgument, "k=65");
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 193, 100, dpsBfloat16, 400, value, (int64_t*)index, NULL,
+                         NULL),
+               dpsInvalidArgument, "rows=193");
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 401, value, (int64_t*)index, NULL,
+                         NULL),
+               dpsInvalidArgument, "vocab_limit=401");
+  FX_CHECK(rec.select == 3, "refused calls reached the backend (%d calls)", rec.select);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
 /* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided -> not. */
 static int testOpMayBlock(void) {
   memset(&rec, 0, sizeof rec);
@@ -370,6 +447,7 @@ int main(void) {
   fails += testTimeoutEnv();
   fails += testSwapChecks();
   fails += testGatherChecks();
+  fails += testSelectOutputs();
   fails += testDtypeLock();
   fails += testOpMayBlock();
   fails += testStickyAsyncError();

@@ -100,7 +100,8 @@ static int64_t addSat64(int64_t a, int64_t b) {
 static int fInt(Rd* r) {
   static const int table[] = {0,       1,           -1,      2,          3,       4,
                               7,       8,           64,      1000,       INT_MAX, INT_MIN,
-                              INT_MAX - 1, INT_MIN + 1, 1 << 30, (1 << 30) + 1, 65536, -2};
+                              INT_MAX - 1, INT_MIN + 1, 1 << 30, (1 << 30) + 1, 65536, -2,
+                              86400000, 86400001}; /* the timeout's limit and one past */
   uint8_t m = u8(r);
   switch (m & 3) {
     case 0: return m >> 2;
@@ -122,6 +123,7 @@ static int64_t fI64(Rd* r) {
                                   INT64_MAX / 8 + 1,
                                   (int64_t)1 << 62,
                                   (int64_t)1 << 32,
+                                  (int64_t)UINT32_MAX, /* the largest vocab_size */
                                   (int64_t)1 << 31,
                                   INT32_MAX,
                                   (int64_t)INT32_MAX + 1,
@@ -261,10 +263,13 @@ static void configReasons(const dpsConfig_t* c, Reasons* rs) {
   if (c->num_tokens_per_req < 1) addReason(rs, IA, "num_tokens_per_req=%d", c->num_tokens_per_req);
   if (c->vocab_size < 1 || (tp >= 1 && c->vocab_size % tp != 0))
     addReason(rs, IA, "vocab_size=%" PRId64, c->vocab_size);
+  if (c->vocab_size > (int64_t)UINT32_MAX) /* global indices travel as 32 bits */
+    addReason(rs, IA, "vocab_size=%" PRId64, c->vocab_size);
   if (!validDtype((int)c->logits_dtype)) addReason(rs, IA, "logits_dtype=%d", (int)c->logits_dtype);
   if (!validBackend((int)c->backend)) addReason(rs, IA, "backend=%d", (int)c->backend);
   if (c->cuda_device < -1) addReason(rs, IA, "cuda_device=%d", c->cuda_device);
-  if (c->timeout_ms < 0) addReason(rs, IA, "timeout_ms=%d", c->timeout_ms);
+  if (c->timeout_ms < 0 || c->timeout_ms > 86400000) /* one day, as DPSAMPLING_TIMEOUT_MS */
+    addReason(rs, IA, "timeout_ms=%d", c->timeout_ms);
   if (c->max_pad_bs >= 1 && c->num_tokens_per_req >= 1 && c->vocab_size >= 1) {
     /* Largest buffer: [max_pad_bs*N, V] at 8 bytes must fit in a signed 64-bit count. */
     unsigned __int128 bytes = (unsigned __int128)(uint64_t)c->max_pad_bs *

@@ -49,7 +49,7 @@ static int body(int rank, int tp, dpsBackend_t backend) {
         fxBarrier(); /* no rank's host-side check counts against a peer's timeout */
         if (selUpload(&b, rows, step)) return 1;
         const int want_lse = li != 3;
-        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, limit, b.d_idx, b.d_val,
+        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, limit, b.d_val, b.d_idx,
                               want_lse ? b.d_lse : NULL, s));
         GT_CUDA(cudaStreamSynchronize(s));
         snprintf(what, sizeof what, "rank %d tp=%d %s %s V/tp=%lld rows=%d limit=%lld argmax", rank,
@@ -74,12 +74,12 @@ static int body(int rank, int tp, dpsBackend_t backend) {
       if (v_local >= 7) {
         const int rows = max_rows - 1;
         if (selUpload(&b, rows, 90)) return 1;
-        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, V, b.d_idx, b.d_val, b.d_lse, s));
+        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, V, b.d_val, b.d_idx, b.d_lse, s));
         GT_CUDA(cudaStreamSynchronize(s));
         cudaGraph_t g;
         cudaGraphExec_t ge;
         GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, V, b.d_idx, b.d_val, b.d_lse, s));
+        FX_CHECK_OK(dpsArgmax(comm, b.d_in, rows, v_local, dt, V, b.d_val, b.d_idx, b.d_lse, s));
         FX_CHECK_OK(dpsTopK(comm, b.d_in, rows, v_local, dt, 7, V, b.d_tval, b.d_tidx, s));
         GT_CUDA(cudaStreamEndCapture(s, &g));
         GT_CUDA(cudaGraphInstantiate(&ge, g, 0));
@@ -100,23 +100,32 @@ static int body(int rank, int tp, dpsBackend_t backend) {
       /* bad arguments: an error naming the argument, nothing written */
       if (vi == 1 && di == 0) {
         GT_CUDA(cudaMemsetAsync(b.d_idx, 0x5a, (size_t)max_rows * 8, s));
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, max_rows + 1, v_local, dt, V, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, max_rows + 1, v_local, dt, V, NULL, b.d_idx, NULL, s),
                      dpsInvalidArgument, "rows=");
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local + 1, dt, V, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local + 1, dt, V, NULL, b.d_idx, NULL, s),
                      dpsInvalidArgument, "logits is");
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V + 1, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V + 1, NULL, b.d_idx, NULL, s),
                      dpsInvalidArgument, "vocab_limit=");
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, 0, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, 0, NULL, b.d_idx, NULL, s),
                      dpsInvalidArgument, "vocab_limit=0");
-        FX_CHECK_ERR(dpsArgmax(comm, NULL, 2, v_local, dt, V, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, NULL, 2, v_local, dt, V, NULL, b.d_idx, NULL, s),
                      dpsInvalidArgument, "logits is NULL");
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V, NULL, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V, b.d_val, NULL, NULL, s),
                      dpsInvalidArgument, "index is NULL");
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V, (int64_t*)((char*)b.d_idx + 4),
-                               NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V, NULL,
+                               (int64_t*)((char*)b.d_idx + 4), NULL, s),
                      dpsInvalidArgument, "not 8-byte aligned");
+        FX_CHECK(strstr(dpsGetLastError(), "argmax: index=") != NULL, "message: %s",
+                 dpsGetLastError());
+        /* value pointers off their element size (2 or 4 bytes), named as such */
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, dt, V, (char*)b.d_val + 1, b.d_idx,
+                               NULL, s),
+                     dpsInvalidArgument, "argmax: value=");
+        FX_CHECK_ERR(dpsTopK(comm, b.d_in, 2, v_local, dt, 3, V, (char*)b.d_tval + 1, b.d_tidx,
+                             s),
+                     dpsInvalidArgument, "topk: values=");
         const dpsDataType_t other = dt == dpsFloat32 ? dpsBfloat16 : dpsFloat32;
-        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, other, V, b.d_idx, NULL, NULL, s),
+        FX_CHECK_ERR(dpsArgmax(comm, b.d_in, 2, v_local, other, V, NULL, b.d_idx, NULL, s),
                      dpsInvalidUsage, "differs");
         FX_CHECK_ERR(dpsTopK(comm, b.d_in, 2, v_local, dt, 0, V, NULL, b.d_tidx, s),
                      dpsInvalidArgument, "k=0");

@@ -389,7 +389,7 @@ static int vrSelect(VrGroup* g, int rank, int rows, int64_t limit, int k, int wa
   SelBufs* b = &r->sel;
   if (k == 0)
     VR_OK(g, rank,
-          dpsArgmax(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, limit, b->d_idx, b->d_val,
+          dpsArgmax(r->comm, b->d_in, rows, g->v_local, g->cfg.dtype, limit, b->d_val, b->d_idx,
                     want_lse ? b->d_lse : NULL, r->s));
   else
     VR_OK(g, rank,

@@ -162,7 +162,7 @@ dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStrea
   Bufs* b = (Bufs*)p;
   if (b->k <= 0)
     return dpsArgmax(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, c->vocab,
-                     b->idx_d, b->val_d, b->lse_d, s);
+                     b->val_d, b->idx_d, b->lse_d, s);
   return dpsTopK(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, b->k, c->vocab,
                  b->val_d, b->idx_d, s);
 }
