@@ -360,7 +360,7 @@ static int testSelectOutputs(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsBfloat16);
   dpsComm_t comm;
-  FX_CHECK_OK(dpsCommCreateDetached(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
   static _Alignas(16) char value[8 * 64 * 2], index[8 * 64 * 8], lse[8 * 4];
   FX_CHECK_OK(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, (int64_t*)index,
                         (float*)lse, NULL));
