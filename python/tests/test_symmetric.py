@@ -46,7 +46,8 @@ SCRIPT = textwrap.dedent(
 
     a = comm("auto")
     want = "nccl" if off else "onesided"
-    assert a.backend == want, f"auto resolved {a.backend}, want {want} ({off or 'nothing'} off)"
+    resolved = a.backend
+    assert resolved == want, f"auto resolved {resolved}, want {want} ({off or 'nothing'} off)"
     check_ops(a)
     a.close()
     try:
@@ -67,7 +68,7 @@ SCRIPT = textwrap.dedent(
     t = torch.ones(4, device="cuda")
     assert t.sum().item() == 4.0
     torch.cuda.synchronize()
-    print("OK", a.backend)
+    print("OK", resolved)
     """
 )
 
