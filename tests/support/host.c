@@ -88,5 +88,7 @@ dpsResult_t dpsTestCommCreateHost(dpsComm_t* out, const dpsConfig_t* config, dps
   dpsConfig_t c = *config;
   c.backend = backend;
   const int device = config->cuda_device < 0 ? 0 : config->cuda_device;
-  return dpsCommCreate(out, &c, device, &kHostProvider, NULL, NULL, 0, ops);
+  DPS_CHECK(dpsCommCreate(out, &c, device, &kHostProvider, NULL, NULL, 0, ops));
+  (*out)->config.backend = config->backend; /* requested as given, resolved as `backend` */
+  return dpsSuccess;
 }
