@@ -41,16 +41,18 @@
  *    DPS_RNG_OPAQUE (an empty asm that takes the rounded double in a
  *    register), so no compiler flag can fuse it with the next addition;
  *  - -ffast-math (reassociation, reciprocals) on the host: refused below;
- *  - x87 extended precision (FLT_EVAL_METHOD != 0): refused below;
+ *  - x87 extended precision (float or double evaluated wider): refused below;
  *  - libm: not used (log is dpsLogDet below, with fixed coefficients).
  * nvcc's -fmad=true and -prec-div=false do not affect the _rn intrinsics
  * (checked in the PTX: every f64 operation is mul/add/sub/div.rn, no fma).
  * -ftz=true (which --use_fast_math implies) turns the fp32 ones into .ftz
- * forms that flush fp32 subnormals: the double-precision noise is unaffected
- * and so are the keys (a subnormal score is lost next to |G| >= 1.2e-10,
- * the smallest over all x), but a subnormal temperature would differ;
- * compile the kernels that use this header without -ftz=true (the library's
- * kernels are).
+ * forms that flush fp32 subnormals to 0: the double-precision noise is
+ * unaffected, but the score of a subnormal logit changes (measured on an
+ * H200: scores differed, keys and min-p decisions did not), and the key
+ * changes too when T is below about 2e-12 (above, the change, below
+ * 1.2e-38 / T, is lost next to |G| >= 1.2e-10 in the double sum) or T itself
+ * is subnormal. Compile the kernels that use this header without -ftz=true
+ * (the library's kernels are).
  *
  * THE DETERMINISTIC LOG (dpsLogDet, double in, double out): x = 2^e * m with
  * m in [sqrt(1/2), sqrt(2)) from the bits; f = (m - 1) / (m + 1) (m - 1 is
@@ -84,8 +86,12 @@
 #if defined(__FAST_MATH__)
 #error "sample_rng.h: -ffast-math reorders the generator's arithmetic; compile this code without it"
 #endif
-#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
-#error "sample_rng.h: needs FLT_EVAL_METHOD == 0 (SSE2 or another IEEE-754 unit, not x87)"
+/* float and double evaluated in their own types: FLT_EVAL_METHOD 0, or 16 /
+ * 32 (ISO/IEC TS 18661-3: only narrower types are widened; gcc 13 in GNU mode
+ * on CPUs with AVX512-FP16 says 16) */
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != 16 && \
+    FLT_EVAL_METHOD != 32
+#error "sample_rng.h: float and double must be evaluated in their own types (not x87)"
 #endif
 /* The host side of "no fma": the product is materialized as a rounded double
  * in a register the compiler cannot see through, so it cannot be fused with
