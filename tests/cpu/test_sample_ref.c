@@ -151,9 +151,9 @@ static void testLog(void) {
   CHECK(isnan(dpsLogDet(-1.0)) && isnan(dpsLogDet(NAN)) && isnan(dpsLogDet(-INFINITY)),
         "log(negative or NaN) not NaN");
   CHECK(dpsLogDet(1.0) == 0.0, "log(1) = %.17g", dpsLogDet(1.0));
-  printf("dpsLogDet: %ld points against libm: max relative error %.3g (%.2f double ulp), "
+  printf("dpsLogDet: %ld points against libm: max relative error %.3g (%.1f x 2^-53), "
          "max %.3g fp32 ulp\n",
-         er.n, er.max_rel, er.max_rel / DBL_EPSILON * 2, er.max_ulpf);
+         er.n, er.max_rel, er.max_rel / (DBL_EPSILON / 2), er.max_ulpf);
 
   /* G = -log(-log(U)) against libm's, both rounded to fp32 */
   long n = 0, differ = 0;
@@ -441,6 +441,36 @@ static void testFilters(void) {
     float lp;
     fxRefSampleToken(inf, 4, &ip, 1, 2, &t, &lp);
     CHECK(t == 1 && isnan(lp), "+inf row: token %lld logprob %g (want 1, NaN)", (long long)t, lp);
+  }
+  /* scores that overflow fp32 (our rule): the lowest index of K with the
+   * largest (infinite) score; top-p skipped */
+  {
+    const float big[4] = {1e38f, 3e38f, 2e38f, 1.0f}; /* / 1e-3: +inf, +inf, +inf, 1000 */
+    fxSampleParams p = params(4);
+    p.temperature = 1e-3f;
+    p.top_p = 0.5f;
+    EXPECT("scores +inf, top-p skipped", big, 4, p, 1, 2, 0, 3);
+    double prob[4];
+    int64_t nk, t;
+    float lp;
+    fxRefSampleDist(big, 4, &p, prob, NULL, &nk);
+    CHECK(prob[0] == 1.0, "scores +inf: p[0] = %g, want 1", prob[0]);
+    for (uint64_t o = 0; o < 16; ++o) {
+      fxRefSampleToken(big, 4, &p, 3, o, &t, &lp);
+      CHECK(t == 0, "scores +inf: token %lld, want 0", (long long)t);
+    }
+    p.min_p = 0.5f; /* (l - l_max) / T = -inf for 2e38 and 1e38: only 3e38 stays */
+    EXPECT("scores +inf, min-p", big, 4, p, 1);
+    const float neg[2] = {-3e38f, -1e38f}; /* / 1e-3: -inf, -inf */
+    fxSampleParams q = params(2);
+    q.temperature = 1e-3f;
+    EXPECT("scores -inf", neg, 2, q, 1, 0);
+    fxRefSampleDist(neg, 2, &q, prob, NULL, &nk);
+    fxRefSampleToken(neg, 2, &q, 3, 4, &t, &lp);
+    CHECK(prob[0] == 1.0 && t == 0, "scores -inf: p[0] = %g, token %lld (want 1, 0)", prob[0],
+          (long long)t);
+    q.top_k = 1;
+    EXPECT("scores -inf, top-1", neg, 2, q, 1);
   }
   /* greedy (spec 1.1): the argmax, ties to the lower index, filters ignored */
   {
