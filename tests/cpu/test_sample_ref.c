@@ -1,0 +1,891 @@
+/* The sampling groundwork on the host: the shared generator
+ * (src/core/sample_rng.h) and the host reference of dpsSample
+ * (tests/fixtures/sample_ref.c), which the GPU tests will trust.
+ *
+ *  1. Philox4x32-10 against Random123's published known-answer vectors.
+ *  2. dpsLogDet against libm's log (accuracy; bit-identity with the device is
+ *     by construction, see sample_rng.h), the Gumbel noise against libm's
+ *     -log(-log(U)), the documented mapping recomposed from its parts.
+ *  3. The filters on hand-made rows with hand-derived kept sets.
+ *  4. Determinism: same inputs, same token; other offset/seed, other noise.
+ *  5. Exactness in distribution: chi-square of fxRefSampleToken's draws
+ *     against fxRefSampleDist's float64 probabilities, and planted bugs that
+ *     the same test must reject.
+ *
+ * DPS_SAMPLE_CHI2_SCALE (a number in (0, 1], default 1) scales the draws of
+ * part 5 and the points of part 2 (make check-valgrind sets it low); below
+ * 1 the power claims printed in part 5 are those of the smaller N. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sample_ref.h"
+#include "sample_rng.h"
+
+static int fails = 0;
+
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
+      fprintf(stderr, __VA_ARGS__);                                             \
+      fprintf(stderr, "\n");                                                    \
+      ++fails;                                                                  \
+    }                                                                           \
+  } while (0)
+
+static double g_scale = 1.0;
+
+static uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double unif01(uint64_t* s) { return (double)(splitmix(s) >> 11) * 0x1p-53; }
+
+static fxSampleParams params(int64_t V) {
+  fxSampleParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.vocab_limit = V;
+  p.allowed = NULL;
+  return p;
+}
+
+/* ---- 1. Philox4x32-10: Random123 kat_vectors -------------------------------- */
+/* From DEShawResearch/random123, tests/kat_vectors ("philox4x32 10" lines:
+ * counter words 0..3, key words 0..1, expected output words 0..3). */
+static void testPhilox(void) {
+  static const uint32_t kat[3][10] = {
+      {0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x6627e8d5,
+       0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+       0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+       0x94fdcceb, 0x5001e420, 0x24126ea1},
+  };
+  for (int t = 0; t < 3; ++t) {
+    uint32_t out[4];
+    dpsPhilox4x32_10(&kat[t][0], &kat[t][4], out);
+    for (int w = 0; w < 4; ++w)
+      CHECK(out[w] == kat[t][6 + w], "Philox KAT %d word %d: %08x, want %08x", t, w, out[w],
+            kat[t][6 + w]);
+  }
+  printf("philox4x32-10: the 3 Random123 known-answer vectors match\n");
+}
+
+/* ---- 2. the deterministic log and the noise --------------------------------- */
+/* The spacing of fp32 values at |y| (y in the normal fp32 range). */
+static double ulpf(double y) {
+  int e;
+  frexp(fabs(y), &e); /* |y| = f 2^e, f in [0.5, 1) */
+  return ldexp(1.0, (e - 24) > -149 ? e - 24 : -149);
+}
+
+typedef struct {
+  double max_rel, max_ulpf, worst_x;
+  long n;
+} logErr;
+
+static void logPoint(logErr* er, double x) {
+  const double got = dpsLogDet(x), want = log(x);
+  ++er->n;
+  if (want == 0.0) {
+    CHECK(got == 0.0, "dpsLogDet(%.17g) = %.17g, want 0", x, got);
+    return;
+  }
+  const double rel = fabs(got - want) / fabs(want);
+  const double u = fabs(got - want) / ulpf(want);
+  if (rel > er->max_rel) er->max_rel = rel, er->worst_x = x;
+  if (u > er->max_ulpf) er->max_ulpf = u;
+}
+
+static void testLog(void) {
+  const clock_t c0 = clock();
+  logErr er = {0, 0, 0, 0};
+  /* every U the generator can make, on a stride, and their -log(U) (the
+   * argument of the second log) */
+  uint32_t stride = (uint32_t)(2048.0 / (g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale));
+  if (stride < 1) stride = 1;
+  for (uint64_t x = 0; x <= 0xffffffffull; x += stride) {
+    const double u = dpsSampleUniform((uint32_t)x);
+    logPoint(&er, u);
+    logPoint(&er, -log(u));
+  }
+  const uint32_t edges[] = {0u, 1u, 2u, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu};
+  for (size_t j = 0; j < sizeof edges / sizeof edges[0]; ++j) {
+    logPoint(&er, dpsSampleUniform(edges[j]));
+    logPoint(&er, -log(dpsSampleUniform(edges[j])));
+  }
+  /* around 1 (log near 0: relative accuracy), around sqrt(2) and sqrt(1/2)
+   * (the reduction's switch), log-uniform over every double exponent,
+   * subnormals */
+  for (int k = 1; k <= 4096; ++k) {
+    logPoint(&er, 1.0 + k * DBL_EPSILON);
+    logPoint(&er, 1.0 - k * DBL_EPSILON / 2);
+    logPoint(&er, nextafter(sqrt(2.0), 0.0) + (k - 2048) * DBL_EPSILON);
+    logPoint(&er, sqrt(0.5) + (k - 2048) * DBL_EPSILON / 2);
+  }
+  for (int j = 1; j <= 60; ++j) logPoint(&er, 1.0 + ldexp(1.0, -j)), logPoint(&er, 1.0 - ldexp(1.0, -j));
+  uint64_t s = 42;
+  const long nrand = (long)(400000 * (g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale));
+  for (long j = 0; j < nrand; ++j) {
+    const int e = (int)(splitmix(&s) % 2098) - 1074; /* 2^-1074 .. 2^1023 */
+    logPoint(&er, ldexp(1.0 + unif01(&s), e));
+  }
+  logPoint(&er, DBL_MIN);
+  logPoint(&er, DBL_MAX);
+  logPoint(&er, ldexp(1.0, -1074));
+  CHECK(er.max_rel <= 4.0e-15, "dpsLogDet: relative error %.3g at x = %.17g (bound 4e-15)",
+        er.max_rel, er.worst_x);
+  CHECK(er.max_ulpf <= 1.0e-6, "dpsLogDet: error %.3g fp32 ulp (bound 1e-6)", er.max_ulpf);
+  /* special values */
+  CHECK(dpsLogDet(0.0) == -INFINITY && dpsLogDet(-0.0) == -INFINITY, "log(+-0) != -inf");
+  CHECK(dpsLogDet(INFINITY) == INFINITY, "log(inf) != inf");
+  CHECK(isnan(dpsLogDet(-1.0)) && isnan(dpsLogDet(NAN)) && isnan(dpsLogDet(-INFINITY)),
+        "log(negative or NaN) not NaN");
+  CHECK(dpsLogDet(1.0) == 0.0, "log(1) = %.17g", dpsLogDet(1.0));
+  printf("dpsLogDet: %ld points against libm: max relative error %.3g (%.1f x 2^-53), "
+         "max %.3g fp32 ulp\n",
+         er.n, er.max_rel, er.max_rel / (DBL_EPSILON / 2), er.max_ulpf);
+
+  /* G = -log(-log(U)) against libm's, both rounded to fp32 */
+  long n = 0, differ = 0;
+  double max_ulp = 0, gmin = INFINITY, gmax = -INFINITY;
+  for (uint64_t x = 0; x <= 0xffffffffull; x += stride + 1) {
+    const double g = dpsGumbelFromBits((uint32_t)x);
+    const double want = -log(-log(dpsSampleUniform((uint32_t)x)));
+    const float gf = (float)g, wf = (float)want;
+    const double u = fabs((double)gf - (double)wf) / ulpf(want);
+    if (gf != wf) ++differ;
+    if (u > max_ulp) max_ulp = u;
+    ++n;
+  }
+  gmin = dpsGumbelFromBits(0);
+  gmax = dpsGumbelFromBits(0xffffffffu);
+  CHECK(max_ulp <= 1.0, "Gumbel noise: %.3g fp32 ulp from libm's (bound 1)", max_ulp);
+  CHECK(fabs(gmin - (-log(-log(0x1p-33)))) < 1e-14 && gmin > -3.13 && gmin < -3.12,
+        "G(x = 0) = %.17g", gmin);
+  CHECK(fabs(gmax - (-log(-log1p(-0x1p-33)))) < 1e-12 && gmax > 22.87 && gmax < 22.88,
+        "G(x = 2^32 - 1) = %.17g", gmax);
+  CHECK(dpsSampleUniform(0) == 0x1p-33 && dpsSampleUniform(0xffffffffu) == 1.0 - 0x1p-33,
+        "U range [%.17g, %.17g]", dpsSampleUniform(0), dpsSampleUniform(0xffffffffu));
+  printf("Gumbel noise: %ld values of x, fp32-rounded G equal to libm's -log(-log(U)) but %ld "
+         "(max %.0f ulp); G in [%.6f, %.6f]; %.2f s\n",
+         n, differ, max_ulp, gmin, gmax, (double)(clock() - c0) / CLOCKS_PER_SEC);
+}
+
+/* The mapping as docs/sampling.md states it, composed from the raw Philox. */
+static double docGumbel(uint64_t seed, uint64_t offset, int64_t index) {
+  const uint64_t i = (uint64_t)index;
+  const uint32_t key[2] = {(uint32_t)(seed & 0xffffffffu), (uint32_t)(seed >> 32)};
+  const uint32_t ctr[4] = {(uint32_t)(i & 0xffffffffu), (uint32_t)(i >> 32),
+                           (uint32_t)(offset & 0xffffffffu), (uint32_t)(offset >> 32)};
+  uint32_t out[4];
+  dpsPhilox4x32_10(ctr, key, out);
+  const double u = ((double)out[0] + 0.5) * 0x1p-32;
+  return -dpsLogDet(-dpsLogDet(u));
+}
+
+static void testMapping(void) {
+  /* the helpers are the documented composition */
+  uint64_t s = 7;
+  for (int j = 0; j < 20000; ++j) {
+    const uint64_t seed = splitmix(&s), offset = splitmix(&s) >> (j % 64);
+    const int64_t index = (int64_t)(splitmix(&s) >> (1 + j % 63));
+    const double a = dpsSampleGumbel(seed, offset, index), b = docGumbel(seed, offset, index);
+    if (memcmp(&a, &b, sizeof a) != 0) {
+      CHECK(0, "dpsSampleGumbel(%llx, %llx, %lld) = %.17g, the documented mapping %.17g",
+            (unsigned long long)seed, (unsigned long long)offset, (long long)index, a, b);
+      break;
+    }
+  }
+  /* Regression pins: our own outputs (not published values), recorded when
+   * the mapping was fixed, so that it cannot change unnoticed (every user's
+   * tokens would change with it). The GPU test of the kernels may reuse them. */
+  static const struct {
+    uint64_t seed, offset;
+    int64_t index;
+    uint32_t x;
+    uint64_t g_bits;
+  } pins[] = {
+      {0x0ull, 0x0ull, 0x0ll, 0x6627e8d5u, 0x3fb5b6c7ac8fd9d3ull}, /* G = 0.084820251111387621 */
+      {0x0ull, 0x0ull, 0x1ll, 0xf8e4cca4u, 0x400c8fafed062c84ull}, /* G = 3.5701597707280275 */
+      {0x1ull, 0x0ull, 0x0ll, 0xe3e80670u, 0x4001377353634645ull}, /* G = 2.1520754351302309 */
+      {0x0ull, 0x1ull, 0x0ll, 0x844515e1u, 0x3fda8f89495cbc7cull}, /* G = 0.41501075901300744 */
+      {0x123456789abcdefull, 0x2aull, 0x2517fll, 0x829ddff7u, 0x3fd95a68b8af0304ull}, /* G = 0.39614313159476944 */
+      {0xffffffffffffffffull, 0xffffffffffffffffull, 0x7fffffffffffffffll, 0x7a529183u, 0x3fd3663104fd700eull}, /* G = 0.30311227309516731 */
+      {0x3039ull, 0x100000000ull, 0x100000007ll, 0x7a798735u, 0x3fd381cc83536fd0ull}, /* G = 0.30479729485318519 */
+      {0xdeadbeefcafebabeull, 0x7ull, 0x1869fll, 0xa81938ebu, 0x3febb6573d5362d6ull}, /* G = 0.86600839593583134 */
+  };
+  for (size_t j = 0; j < sizeof pins / sizeof pins[0]; ++j) {
+    const uint32_t x = dpsSampleBits(pins[j].seed, pins[j].offset, pins[j].index);
+    const double g = dpsSampleGumbel(pins[j].seed, pins[j].offset, pins[j].index);
+    uint64_t gb;
+    memcpy(&gb, &g, sizeof gb);
+    CHECK(x == pins[j].x && gb == pins[j].g_bits,
+          "pin %zu (seed %llx, offset %llx, index %lld): x %08x G %016llx, pinned %08x %016llx",
+          j, (unsigned long long)pins[j].seed, (unsigned long long)pins[j].offset,
+          (long long)pins[j].index, x, (unsigned long long)gb, pins[j].x,
+          (unsigned long long)pins[j].g_bits);
+  }
+  printf("mapping: the helpers equal the documented composition; %zu pinned values hold\n",
+         sizeof pins / sizeof pins[0]);
+}
+
+/* ---- 3. the filters, by hand ------------------------------------------------- */
+/* K of (row, p) must be want[0..nwant) (in the order value descending, index
+ * ascending) for both fxRefSampleDist and the token path; probabilities sum
+ * to 1 over K and vanish outside; tokens fall in K. */
+static void expectKept(const char* name, const float* row, int64_t V, fxSampleParams p,
+                       const int64_t* want, int64_t nwant) {
+  double prob[256];
+  unsigned char kept[256];
+  int64_t keep[256], nk = -1, nk2 = -1;
+  CHECK(V <= 256, "%s: row too long for the helper", name);
+  CHECK(fxRefSampleDist(row, V, &p, prob, kept, &nk) == 0, "%s: dist failed", name);
+  CHECK(fxRefSampleKeep(row, V, &p, keep, &nk2) == 0, "%s: keep failed", name);
+  CHECK(nk == nwant && nk2 == nwant, "%s: |K| = %lld / %lld, want %lld", name, (long long)nk,
+        (long long)nk2, (long long)nwant);
+  if (nk != nwant || nk2 != nwant) return;
+  double sum = 0;
+  int64_t inK = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    sum += prob[i];
+    inK += kept[i];
+    if (!kept[i]) CHECK(prob[i] == 0.0, "%s: p[%lld] = %g outside K", name, (long long)i, prob[i]);
+  }
+  CHECK(inK == nwant, "%s: %lld kept flags", name, (long long)inK);
+  for (int64_t j = 0; j < nwant; ++j) {
+    CHECK(keep[j] == want[j], "%s: K[%lld] = %lld, want %lld", name, (long long)j,
+          (long long)keep[j], (long long)want[j]);
+    CHECK(kept[want[j]], "%s: %lld not kept by dist", name, (long long)want[j]);
+  }
+  if (nwant > 0) CHECK(fabs(sum - 1.0) < 1e-12, "%s: probabilities sum to %.17g", name, sum);
+  for (uint64_t o = 0; o < 64; ++o) {
+    int64_t t;
+    float lp;
+    CHECK(fxRefSampleToken(row, V, &p, 99, o, &t, &lp) == 0, "%s: token failed", name);
+    if (nwant == 0) {
+      CHECK(t == 0 && lp == -INFINITY, "%s: empty row gave %lld, %g", name, (long long)t, lp);
+    } else {
+      CHECK(t >= 0 && t < V && kept[t], "%s: token %lld outside K", name, (long long)t);
+    }
+  }
+}
+#define WANT(...) ((const int64_t[]){__VA_ARGS__})
+#define NW(...) ((int64_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define EXPECT(name, row, V, p, ...) expectKept(name, row, V, p, WANT(__VA_ARGS__), NW(__VA_ARGS__))
+#define EXPECT_EMPTY(name, row, V, p) expectKept(name, row, V, p, NULL, 0)
+
+static void testFilters(void) {
+  const float ninf = -INFINITY;
+  /* temperature only: everything in A */
+  {
+    const float r[5] = {2, 1, 0, -1, -2};
+    fxSampleParams p = params(5);
+    EXPECT("T only", r, 5, p, 0, 1, 2, 3, 4);
+    double prob[5];
+    int64_t nk;
+    p.temperature = 0.5f;
+    fxRefSampleDist(r, 5, &p, prob, NULL, &nk);
+    double z = 0;
+    for (int i = 0; i < 5; ++i) z += exp(r[i] / 0.5);
+    for (int i = 0; i < 5; ++i)
+      CHECK(fabs(prob[i] - exp(r[i] / 0.5) / z) < 1e-15, "T=0.5: p[%d] = %.17g", i, prob[i]);
+  }
+  /* min-p (spec 1.2): keep iff exp((l - l_max)/T) >= min_p */
+  {
+    const float r[5] = {0, -1, -2, -3, -4};
+    fxSampleParams p = params(5);
+    p.min_p = 0.2f; /* log 0.2 = -1.609: -1 stays, -2 goes */
+    EXPECT("min-p 0.2", r, 5, p, 0, 1);
+    p.temperature = 2.0f; /* (l - 0)/2: -1.5 stays, -2 goes */
+    EXPECT("min-p 0.2, T 2", r, 5, p, 0, 1, 2, 3);
+    p.temperature = 1.0f;
+    p.min_p = 0.0f; /* off */
+    EXPECT("min-p 0", r, 5, p, 0, 1, 2, 3, 4);
+    p.min_p = 0.99f; /* only the maximum */
+    EXPECT("min-p 0.99", r, 5, p, 0);
+  }
+  {
+    /* the boundary: fl(log 0.5) = -0.693147182... lies below log(0.5) =
+     * -0.6931471806 (exp of it: 0.49999999905 < 0.5): out; the next float
+     * up (-0.6931471229, exp 0.5000000289): in. */
+    const float below = -0.693147182464599609375f;
+    const float above = nextafterf(below, 0.0f);
+    CHECK(exp((double)below) < 0.5 && exp((double)above) >= 0.5, "min-p boundary values");
+    const float r[4] = {above, 0.0f, below, above};
+    fxSampleParams p = params(4);
+    p.min_p = 0.5f;
+    EXPECT("min-p boundary", r, 4, p, 1, 0, 3);
+    /* the same boundary below a maximum of 8 (floats 2^-21 apart there):
+     * 0x1.d3a37ap+2 - 8 = -0.6931471824646 (out), 0x1.d3a37cp+2 - 8 =
+     * -0.6931467056274 (in) */
+    const float r2[3] = {8.0f, 0x1.d3a37ap+2f, 0x1.d3a37cp+2f};
+    CHECK(exp((double)(r2[1] - r2[0])) < 0.5 && exp((double)(r2[2] - r2[0])) >= 0.5,
+          "min-p boundary values at 8");
+    EXPECT("min-p boundary at 8", r2, 3, p, 0, 2);
+  }
+  /* top-k (spec 1.3): exactly k in the order (value desc, index asc) */
+  {
+    const float r[7] = {1, 3, 2, 3, 2, 2, 0};
+    fxSampleParams p = params(7);
+    p.top_k = 1;
+    EXPECT("top-1 tie", r, 7, p, 1);
+    p.top_k = 3; /* the 3rd value (2) is tied at 2, 4, 5: only index 2 (vLLM: all three) */
+    EXPECT("top-3 ties at the k-th value", r, 7, p, 1, 3, 2);
+    p.top_k = 4;
+    EXPECT("top-4 ties at the k-th value", r, 7, p, 1, 3, 2, 4);
+    p.top_k = 6;
+    EXPECT("top-6", r, 7, p, 1, 3, 2, 4, 5, 0);
+    p.top_k = 7; /* >= |A|: off */
+    EXPECT("top-7 (= |A|)", r, 7, p, 1, 3, 2, 4, 5, 0, 6);
+    p.top_k = 100;
+    EXPECT("top-100", r, 7, p, 1, 3, 2, 4, 5, 0, 6);
+    p.top_k = 0;
+    EXPECT("top-k 0 (off)", r, 7, p, 1, 3, 2, 4, 5, 0, 6);
+    p.top_k = -1;
+    EXPECT("top-k -1 (off)", r, 7, p, 1, 3, 2, 4, 5, 0, 6);
+    const float r2[5] = {NAN, 5, ninf, 4, NAN}; /* |A| = 2 */
+    fxSampleParams p2 = params(5);
+    p2.top_k = 2;
+    EXPECT("top-k = |A| with NaN, -inf", r2, 5, p2, 1, 3);
+    p2.top_k = 3;
+    EXPECT("top-k > |A| with NaN, -inf", r2, 5, p2, 1, 3);
+  }
+  /* top-p (spec 1.4): keep iff the mass strictly before is < top_p */
+  {
+    const float flat[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* p = 1/8 each, exact */
+    fxSampleParams p = params(8);
+    p.top_p = 0.5f; /* masses before: 0, .125, .25, .375 < .5; .5 is not < .5 */
+    EXPECT("top-p 0.5 on a flat row (boundary)", flat, 8, p, 0, 1, 2, 3);
+    p.top_p = 0.625f;
+    EXPECT("top-p 0.625 on a flat row (boundary)", flat, 8, p, 0, 1, 2, 3, 4);
+    p.top_p = nextafterf(0.625f, 1.0f);
+    EXPECT("top-p just above 0.625", flat, 8, p, 0, 1, 2, 3, 4, 5);
+    p.top_p = 0.125f;
+    EXPECT("top-p 0.125 on a flat row", flat, 8, p, 0);
+    p.top_p = 1e-6f; /* the nucleus always holds the maximum */
+    EXPECT("top-p 1e-6", flat, 8, p, 0);
+    const float r[4] = {2, 1, 0, -1}; /* p = .644, .237, .087, .032 */
+    fxSampleParams q = params(4);
+    q.top_p = 0.8f;
+    EXPECT("top-p 0.8", r, 4, q, 0, 1);
+    q.top_p = 0.9f;
+    EXPECT("top-p 0.9", r, 4, q, 0, 1, 2);
+    q.top_p = 0.5f;
+    EXPECT("top-p 0.5", r, 4, q, 0);
+    q.top_p = 0.6439f; /* p0 = 0.64391426: 0.6439 < p0, so 1 goes */
+    EXPECT("top-p just below p0", r, 4, q, 0);
+    q.top_p = 0.6440f;
+    EXPECT("top-p just above p0", r, 4, q, 0, 1);
+    /* top_p = 1 is off, even where the prefix mass rounds to 1 before the
+     * end (here 1 / (1 + 4e-18) == 1.0 in double); just below 1 it is not */
+    const float far[3] = {0, -40, -80};
+    fxSampleParams f = params(3);
+    EXPECT("top-p 1 (off)", far, 3, f, 0, 1, 2);
+    f.top_p = nextafterf(1.0f, 0.0f);
+    EXPECT("top-p 1 - 2^-24", far, 3, f, 0);
+  }
+  /* vocab_limit, NaN, -inf, the mask, empty rows, +inf */
+  {
+    const float r[4] = {0, 1, 5, 9};
+    fxSampleParams p = params(4);
+    p.vocab_limit = 3;
+    EXPECT("vocab_limit 3", r, 4, p, 2, 1, 0);
+    p.top_k = 1;
+    EXPECT("vocab_limit 3, top-1", r, 4, p, 2);
+    p.vocab_limit = 100; /* beyond V: V */
+    EXPECT("vocab_limit > V, top-1", r, 4, p, 3);
+    p.vocab_limit = 0;
+    EXPECT_EMPTY("vocab_limit 0: empty", r, 4, p);
+    p.vocab_limit = -5;
+    EXPECT_EMPTY("vocab_limit < 0: empty", r, 4, p);
+    const float n[5] = {NAN, 1, ninf, 1, NAN};
+    fxSampleParams q = params(5);
+    EXPECT("NaN and -inf out of A", n, 5, q, 1, 3);
+    double prob[5];
+    int64_t nk;
+    fxRefSampleDist(n, 5, &q, prob, NULL, &nk);
+    CHECK(prob[1] == 0.5 && prob[3] == 0.5, "two equal logits: %g %g", prob[1], prob[3]);
+    const float allninf[3] = {ninf, ninf, ninf}, allnan[3] = {NAN, NAN, NAN},
+                mix[3] = {NAN, ninf, NAN};
+    fxSampleParams e = params(3);
+    e.top_k = 1;
+    e.top_p = 0.5f;
+    e.min_p = 0.5f;
+    EXPECT_EMPTY("all -inf", allninf, 3, e);
+    EXPECT_EMPTY("all NaN", allnan, 3, e);
+    EXPECT_EMPTY("NaN/-inf mix", mix, 3, e);
+    e.temperature = 0.0f;
+    EXPECT_EMPTY("all -inf, greedy", allninf, 3, e);
+    const uint32_t mask = 0xAu; /* indices 1 and 3 */
+    const float m[4] = {5, 4, 3, 2};
+    fxSampleParams mp = params(4);
+    mp.allowed = &mask;
+    EXPECT("mask", m, 4, mp, 1, 3);
+    const uint32_t none = 0;
+    mp.allowed = &none;
+    EXPECT_EMPTY("mask: nothing allowed", m, 4, mp);
+    const float inf[4] = {1, INFINITY, 2, INFINITY};
+    fxSampleParams ip = params(4);
+    EXPECT("+inf: the lowest +inf index", inf, 4, ip, 1);
+    int64_t t;
+    float lp;
+    fxRefSampleToken(inf, 4, &ip, 1, 2, &t, &lp);
+    CHECK(t == 1 && isnan(lp), "+inf row: token %lld logprob %g (want 1, NaN)", (long long)t, lp);
+  }
+  /* scores that overflow fp32 (our rule): the lowest index of K with the
+   * largest (infinite) score; top-p skipped */
+  {
+    const float big[4] = {1e38f, 3e38f, 2e38f, 1.0f}; /* / 1e-3: +inf, +inf, +inf, 1000 */
+    fxSampleParams p = params(4);
+    p.temperature = 1e-3f;
+    p.top_p = 0.5f;
+    EXPECT("scores +inf, top-p skipped", big, 4, p, 1, 2, 0, 3);
+    double prob[4];
+    int64_t nk, t;
+    float lp;
+    fxRefSampleDist(big, 4, &p, prob, NULL, &nk);
+    CHECK(prob[0] == 1.0, "scores +inf: p[0] = %g, want 1", prob[0]);
+    for (uint64_t o = 0; o < 16; ++o) {
+      fxRefSampleToken(big, 4, &p, 3, o, &t, &lp);
+      CHECK(t == 0, "scores +inf: token %lld, want 0", (long long)t);
+    }
+    p.min_p = 0.5f; /* (l - l_max) / T = -inf for 2e38 and 1e38: only 3e38 stays */
+    EXPECT("scores +inf, min-p", big, 4, p, 1);
+    const float neg[2] = {-3e38f, -1e38f}; /* / 1e-3: -inf, -inf */
+    fxSampleParams q = params(2);
+    q.temperature = 1e-3f;
+    EXPECT("scores -inf", neg, 2, q, 1, 0);
+    fxRefSampleDist(neg, 2, &q, prob, NULL, &nk);
+    fxRefSampleToken(neg, 2, &q, 3, 4, &t, &lp);
+    CHECK(prob[0] == 1.0 && t == 0, "scores -inf: p[0] = %g, token %lld (want 1, 0)", prob[0],
+          (long long)t);
+    q.top_k = 1;
+    EXPECT("scores -inf, top-1", neg, 2, q, 1);
+  }
+  /* greedy (spec 1.1): the argmax, ties to the lower index, filters ignored */
+  {
+    const float r[5] = {1, 3, 3, NAN, 2};
+    fxSampleParams p = params(5);
+    p.temperature = 0.0f;
+    p.top_k = 3;
+    p.top_p = 0.1f;
+    p.min_p = 0.9f;
+    EXPECT("greedy", r, 5, p, 1);
+    int64_t t;
+    float lp;
+    fxRefSampleToken(r, 5, &p, 5, 6, &t, &lp);
+    const double lse = log(exp(1.0) + 2 * exp(3.0) + exp(2.0));
+    CHECK(t == 1 && fabs(lp - (float)(3.0 - lse)) <= 1e-6f, "greedy: token %lld logprob %.9g",
+          (long long)t, lp);
+  }
+  /* combined, the order of the filters: temperature -> min-p -> top-k -> top-p */
+  {
+    const float r[5] = {2, 1, 0, -1, -2};
+    fxSampleParams p = params(5);
+    p.top_k = 2;
+    p.top_p = 0.7f; /* over S = {2, 1}: p = .731, .269: 1 goes (over A it would stay) */
+    EXPECT("top-k 2 then top-p 0.7", r, 5, p, 0);
+    p.top_p = 0.75f;
+    EXPECT("top-k 2 then top-p 0.75", r, 5, p, 0, 1);
+    fxSampleParams q = params(5);
+    q.min_p = 0.3f; /* log 0.3 = -1.204: S = {2, 1} */
+    q.top_p = 0.7f;
+    EXPECT("min-p 0.3 then top-p 0.7", r, 5, q, 0);
+    q.temperature = 2.0f; /* d / 2: 0, -.5, -1 stay (>= -1.204), -1.5 goes */
+    q.top_p = 1.0f;
+    EXPECT("min-p 0.3 at T 2", r, 5, q, 0, 1, 2);
+    q.top_k = 2;
+    EXPECT("min-p 0.3 at T 2, top-2", r, 5, q, 0, 1);
+    q.top_k = 0;
+    q.top_p = 0.5f; /* at T 2 over {2, 1, 0}: p = .506, .307, .186: only 0 */
+    EXPECT("min-p 0.3 at T 2, top-p 0.5", r, 5, q, 0);
+    q.top_p = 0.51f;
+    EXPECT("min-p 0.3 at T 2, top-p 0.51", r, 5, q, 0, 1);
+  }
+  /* the parameters section 5 rejects: -1, nothing written */
+  {
+    const float r[2] = {0, 1};
+    const fxSampleParams base = params(2);
+    fxSampleParams bad[9];
+    for (int j = 0; j < 9; ++j) bad[j] = base;
+    bad[0].temperature = -1.0f;
+    bad[1].temperature = NAN;
+    bad[2].temperature = INFINITY;
+    bad[3].top_p = 0.0f;
+    bad[4].top_p = 1.5f;
+    bad[5].top_p = NAN;
+    bad[6].min_p = 1.0f;
+    bad[7].min_p = -0.1f;
+    bad[8].min_p = NAN;
+    for (int j = 0; j < 9; ++j) {
+      int64_t t = 12345, nk = 12345;
+      float lp = 7.0f;
+      double prob[2] = {-1, -1};
+      CHECK(fxRefSampleToken(r, 2, &bad[j], 0, 0, &t, &lp) == -1 && t == 12345 && lp == 7.0f,
+            "invalid parameters %d accepted by the token path", j);
+      CHECK(fxRefSampleDist(r, 2, &bad[j], prob, NULL, &nk) == -1 && nk == 12345 && prob[0] == -1,
+            "invalid parameters %d accepted by the distribution", j);
+    }
+  }
+  printf("filters: hand-made rows give their hand-derived kept sets\n");
+}
+
+/* ---- 4. determinism ---------------------------------------------------------- */
+static void testDeterminism(const float* row, int64_t V) {
+  fxSampleParams p = params(V);
+  p.temperature = 0.9f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  for (uint64_t o = 0; o < 200; ++o) {
+    int64_t t1, t2;
+    float l1, l2;
+    fxRefSampleToken(row, V, &p, 0xfeedull, o, &t1, &l1);
+    fxRefSampleToken(row, V, &p, 0xfeedull, o, &t2, &l2);
+    CHECK(t1 == t2 && memcmp(&l1, &l2, sizeof l1) == 0, "offset %llu: %lld/%lld", (unsigned long long)o,
+          (long long)t1, (long long)t2);
+  }
+  /* another offset, seed, or index (both words of each) gives other noise:
+   * equal 32-bit words have probability 2^-32 each */
+  const uint64_t seed = 0x0123456789abcdefull, off = 1000;
+  int same_o = 0, same_s = 0, same_ohi = 0, same_shi = 0, same_ihi = 0;
+  for (int64_t i = 0; i < 4096; ++i) {
+    const uint32_t x = dpsSampleBits(seed, off, i);
+    same_o += x == dpsSampleBits(seed, off + 1, i);
+    same_s += x == dpsSampleBits(seed + 1, off, i);
+    same_ohi += x == dpsSampleBits(seed, off + (1ull << 32), i);
+    same_shi += x == dpsSampleBits(seed ^ (1ull << 32), off, i);
+    same_ihi += x == dpsSampleBits(seed, off, i + (1ll << 32));
+  }
+  CHECK(same_o + same_s + same_ohi + same_shi + same_ihi <= 1,
+        "noise repeats across offsets/seeds/indices: %d %d %d %d %d", same_o, same_s, same_ohi,
+        same_shi, same_ihi);
+  /* the token from the documented pseudo-code (docs/sampling.md) */
+  unsigned char kept[256];
+  int64_t nk;
+  fxRefSampleDist(row, V, &p, NULL, kept, &nk);
+  int differ = 0, distinct = 0;
+  int64_t first = -1;
+  for (uint64_t o = 0; o < 300; ++o) {
+    int64_t best = -1;
+    float bk = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (!kept[i]) continue;
+      const float score = row[i] / p.temperature;
+      const float key = (float)((double)score + docGumbel(0xabcull, o, i));
+      if (best < 0 || key > bk) best = i, bk = key; /* ascending i: ties to the lower */
+    }
+    int64_t t;
+    float lp;
+    fxRefSampleToken(row, V, &p, 0xabcull, o, &t, &lp);
+    differ += t != best;
+    if (first < 0) first = t;
+    distinct += t != first;
+  }
+  CHECK(differ == 0, "%d of 300 tokens differ from the documented pseudo-code", differ);
+  CHECK(distinct > 0, "300 offsets gave one token: the offset does not reach the noise");
+  printf("determinism: same inputs -> same token and logprob; the documented pseudo-code "
+         "reproduces 300 tokens; offsets, seeds, indices (both words) change the noise\n");
+}
+
+/* ---- 5. chi-square ----------------------------------------------------------- */
+/* Regularized upper incomplete gamma Q(a, x) (Numerical Recipes' gser/gcf):
+ * the chi-square survival function is Q(df/2, chi2/2). */
+static double gammaQ(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double lg = a * log(x) - x - lgamma(a);
+  if (x < a + 1) { /* series for P, Q = 1 - P (not small here) */
+    double ap = a, del = 1.0 / a, sum = del;
+    for (int n = 0; n < 100000; ++n) {
+      ap += 1;
+      del *= x / ap;
+      sum += del;
+      if (fabs(del) < fabs(sum) * 1e-16) break;
+    }
+    return 1.0 - sum * exp(lg);
+  }
+  /* continued fraction for Q (modified Lentz) */
+  const double tiny = 1e-300;
+  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+  for (int i = 1; i < 100000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (fabs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (fabs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double del = d * c;
+    h *= del;
+    if (fabs(del - 1) < 1e-16) break;
+  }
+  return exp(lg) * h;
+}
+static double chi2Survival(double chi2, int df) { return df > 0 ? gammaQ(df / 2.0, chi2 / 2.0) : 1.0; }
+
+/* z with P(|Z| > z) = alpha (two-sided), by bisection on erfc */
+static double zTwoSided(double alpha) {
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    if (erfc(mid / sqrt(2.0)) > alpha) lo = mid;
+    else hi = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+static void testChi2Function(void) {
+  /* textbook 5 % critical values, and df = 2 where Q = exp(-x/2) */
+  CHECK(fabs(chi2Survival(3.841458820694124, 1) - 0.05) < 1e-9, "chi2 df 1");
+  CHECK(fabs(chi2Survival(18.307038053275146, 10) - 0.05) < 1e-9, "chi2 df 10");
+  CHECK(fabs(chi2Survival(124.34211340400408, 100) - 0.05) < 1e-9, "chi2 df 100");
+  CHECK(fabs(chi2Survival(200.0, 100) / 1.1784500720979422e-8 - 1) < 1e-9, "chi2 df 100 tail");
+  CHECK(fabs(chi2Survival(20.0, 2) / exp(-10.0) - 1) < 1e-9, "chi2 df 2 tail");
+  CHECK(fabs(chi2Survival(200.0, 2) / exp(-100.0) - 1) < 1e-9, "chi2 df 2 far tail");
+  CHECK(chi2Survival(0.0, 5) == 1.0, "chi2 at 0");
+  CHECK(fabs(zTwoSided(0.05) - 1.959963984540054) < 1e-9, "z 5 %%");
+}
+
+#define P_REJECT 1e-6  /* the pooled chi-square rejects below this p-value */
+#define Z_ALPHA 1e-6   /* family-wise level of the per-probability z-tests */
+#define P_BIG 0.01     /* "every probability above 1 %" */
+#define REL_ERR 0.01   /* "a 1 % relative error" */
+#define Z_POWER 1.6449 /* one-sided 95 %: a shift of z_crit + 1.645 sigma fails 95 % of the time */
+
+typedef struct {
+  int64_t N, nk, bins, nbig, outside;
+  double chi2, pvalue, zmax, zcrit, pmax, plo;
+} chiResult;
+
+/* Draws N tokens of (row, p) with seed and offsets 0..N-1 through the token
+ * path and compares their counts with fxRefSampleDist's probabilities:
+ * pooled chi-square (bins of expected count >= 5, the rest pooled), z-tests
+ * of every p >= 1 % (Bonferroni at Z_ALPHA), draws outside K counted. */
+static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p, int64_t N,
+                           uint64_t seed) {
+  chiResult r;
+  memset(&r, 0, sizeof r);
+  double* prob = (double*)calloc((size_t)V, sizeof *prob);
+  unsigned char* kept = (unsigned char*)calloc((size_t)V, 1);
+  int64_t* keep = (int64_t*)calloc((size_t)V, sizeof *keep);
+  int64_t* count = (int64_t*)calloc((size_t)V, sizeof *count);
+  int64_t* order = (int64_t*)calloc((size_t)V, sizeof *order);
+  int64_t nk = 0, nkt = 0;
+  fxRefSampleDist(row, V, p, prob, kept, &nk);
+  fxRefSampleKeep(row, V, p, keep, &nkt); /* the token path's K (a planted bug acts here) */
+  for (int64_t o = 0; o < N; ++o) {
+    const int64_t t = fxRefSampleRace(row, p->temperature, keep, nkt, seed, (uint64_t)o);
+    ++count[t];
+    if ((o & 4095) == 0) { /* the whole token path agrees with the split one */
+      int64_t t2;
+      float lp;
+      fxRefSampleToken(row, V, p, seed, (uint64_t)o, &t2, &lp);
+      CHECK(t2 == t, "offset %lld: fxRefSampleToken %lld, keep + race %lld", (long long)o,
+            (long long)t2, (long long)t);
+    }
+  }
+  /* K by expected count, largest first */
+  int64_t n = 0;
+  for (int64_t i = 0; i < V; ++i)
+    if (kept[i]) order[n++] = i;
+    else r.outside += count[i];
+  for (int64_t a = 1; a < n; ++a) /* insertion sort: K is small */
+    for (int64_t b = a; b > 0 && prob[order[b]] > prob[order[b - 1]]; --b) {
+      const int64_t tmp = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = tmp;
+    }
+  r.N = N;
+  r.nk = nk;
+  r.pmax = n > 0 ? prob[order[0]] : 0;
+  r.plo = r.pmax;
+  double pool_e = 0, pool_o = 0, last_e = 0, last_o = 0;
+  int have_last = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t i = order[j];
+    const double e = (double)N * prob[i], o = (double)count[i];
+    if (prob[i] >= P_BIG) {
+      ++r.nbig;
+      r.plo = prob[i];
+    }
+    if (e >= 5) {
+      if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
+      last_e = e, last_o = o, have_last = 1;
+    } else {
+      pool_e += e, pool_o += o;
+    }
+  }
+  if (pool_e >= 5 || !have_last) { /* the pool is a bin of its own */
+    if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
+    if (pool_e > 0) r.chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, ++r.bins;
+  } else { /* too small: merged into the smallest individual bin */
+    last_e += pool_e, last_o += pool_o;
+    r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
+  }
+  r.pvalue = chi2Survival(r.chi2, (int)r.bins - 1);
+  r.zcrit = zTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t i = order[j];
+    if (prob[i] < P_BIG) continue;
+    const double e = (double)N * prob[i];
+    const double z = fabs((double)count[i] - e) / sqrt(e * (1 - prob[i]));
+    if (z > r.zmax) r.zmax = z;
+  }
+  free(prob), free(kept), free(keep), free(count), free(order);
+  return r;
+}
+
+/* Draws needed for a relative error REL_ERR at probability q to fail the
+ * z-test 95 % of the time: the shift REL_ERR q N must be (zcrit + 1.645)
+ * standard deviations sqrt(N q (1 - q)). */
+static double drawsFor(double q, double zcrit) {
+  const double c = (zcrit + Z_POWER) / REL_ERR;
+  return c * c * (1 - q) / q;
+}
+typedef struct {
+  const char* name;
+  const float* row;
+  int64_t V;
+  fxSampleParams p;
+  double budget; /* noise evaluations (N x |K|) at most */
+} chiCase;
+
+static void testChiSquare(const chiCase* cases, int ncases, const chiCase* bugcase[4],
+                          const int bugs[4], double* seconds) {
+  const clock_t c0 = clock();
+  for (int c = 0; c < ncases; ++c) {
+    const chiCase* k = &cases[c];
+    /* N from the case's own probabilities: the smallest p >= 1 % must show a
+     * 1 % relative error (the z-test's 95 % power), capped by the budget */
+    chiResult pre = chiSquare(k->row, k->V, &k->p, 0, 0); /* probabilities only */
+    const double need = drawsFor(pre.plo, pre.zcrit);
+    const double cap = k->budget / (double)pre.nk;
+    int64_t N = (int64_t)ceil((need < cap ? need : cap) * g_scale);
+    if (N < 2000) N = 2000;
+    const clock_t t0 = clock();
+    chiResult r = chiSquare(k->row, k->V, &k->p, N, 0x5eed0000ull + (uint64_t)c);
+    const double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    /* the smallest probability at which a 1 % error fails 95 % of the time */
+    const double cc = ((r.zcrit + Z_POWER) / REL_ERR) * ((r.zcrit + Z_POWER) / REL_ERR);
+    const double pstar = cc / ((double)N + cc);
+    const int claim = pstar <= r.plo * (1 + 1e-9);
+    printf("chi2 %-33s |K| %3lld N %9lld bins %3lld chi2 %7.2f p %.3f max|z| %.2f (crit %.2f, "
+           "%2lld p >= 1%%, smallest %.4f) a 1%% error fails 95%% for p >= %.4f: %s (N for every "
+           "p >= 1%%: %.3g); %.1f s\n",
+           k->name, (long long)r.nk, (long long)N, (long long)r.bins, r.chi2, r.pvalue, r.zmax,
+           r.zcrit, (long long)r.nbig, r.plo, pstar,
+           claim ? "every p >= 1 %" : "the largest only", need, sec);
+    CHECK(r.outside == 0, "%s: %lld draws outside K", k->name, (long long)r.outside);
+    CHECK(r.pvalue > P_REJECT, "%s: chi-square p-value %.3g (chi2 %.2f, %lld bins)", k->name,
+          r.pvalue, r.chi2, (long long)r.bins);
+    CHECK(r.zmax < r.zcrit, "%s: a probability off by %.2f sigma (critical %.2f)", k->name,
+          r.zmax, r.zcrit);
+  }
+  /* planted bugs: the same test must reject */
+  const char* bugname[4] = {"top-k keeps k+1", "top-k keeps k-1", "top-p uses <=",
+                            "noise -log(U)"};
+  for (int b = 0; b < 4; ++b) {
+    const chiCase* k = bugcase[b];
+    const int64_t N = 50000;
+    fxRefSampleBug = bugs[b];
+    chiResult r = chiSquare(k->row, k->V, &k->p, N, 0xbad0000ull + (uint64_t)b);
+    fxRefSampleBug = FX_SAMPLE_BUG_NONE;
+    printf("negative control (%s) on %s: N %lld, chi2 %.1f over %lld bins, p-value %.3g, "
+           "max|z| %.1f, %lld draws outside K -> %s\n",
+           bugname[b], k->name, (long long)N, r.chi2, (long long)r.bins, r.pvalue, r.zmax,
+           (long long)r.outside, r.pvalue < P_REJECT ? "rejected" : "NOT REJECTED");
+    CHECK(r.pvalue < P_REJECT, "planted bug '%s' not rejected by the chi-square: p-value %.3g",
+          bugname[b], r.pvalue);
+  }
+  *seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
+}
+
+int main(void) {
+  const char* sc = getenv("DPS_SAMPLE_CHI2_SCALE");
+  if (sc != NULL && *sc != '\0') {
+    char* end;
+    const double v = strtod(sc, &end);
+    if (*end != '\0' || !(v > 0 && v <= 1)) {
+      fprintf(stderr, "DPS_SAMPLE_CHI2_SCALE=%s: want a number in (0, 1]\n", sc);
+      return 2;
+    }
+    g_scale = v;
+    printf("DPS_SAMPLE_CHI2_SCALE=%g: fewer draws and log points\n", g_scale);
+  }
+  const clock_t c0 = clock();
+  testPhilox();
+  testLog();
+  testMapping();
+  testFilters();
+
+  /* rows for the statistical tests */
+  uint64_t s = 2024;
+  enum { V1 = 128, V2 = 200, VF = 64, VF2 = 60 };
+  static float r1[V1], r2[V2], f64[VF], f60[VF2];
+  int perm[V1];
+  for (int i = 0; i < V1; ++i) perm[i] = i;
+  for (int i = V1 - 1; i > 0; --i) {
+    const int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
+    const int t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  /* realistic: a Zipf-like row (p ~ (1 + rank)^-1.5, ranks scattered over
+   * the indices, a little jitter), with NaN and -inf entries */
+  for (int i = 0; i < V1; ++i)
+    r1[i] = (float)(6.0 - 1.5 * log(1.0 + perm[i]) + 0.1 * (unif01(&s) - 0.5));
+  r1[17] = r1[64] = r1[100] = NAN;
+  r1[33] = r1[90] = -INFINITY;
+  /* realistic: Gaussian logits (sd 2.5) */
+  for (int i = 0; i < V2; ++i) {
+    double z = 0;
+    for (int u = 0; u < 4; ++u) z += unif01(&s);
+    r2[i] = (float)(2.5 * (z - 2.0) * sqrt(3.0));
+  }
+  for (int i = 0; i < VF; ++i) f64[i] = 1.25f;
+  for (int i = 0; i < VF2; ++i) f60[i] = -0.5f;
+  testDeterminism(r2, V2);
+  testChi2Function();
+
+  chiCase cases[8];
+  int nc = 0;
+  fxSampleParams p;
+  p = params(V1), p.temperature = 0.8f;
+  cases[nc++] = (chiCase){"zipf128 T=0.8", r1, V1, p, 3.5e7};
+  p = params(V1), p.top_k = 10;
+  cases[nc++] = (chiCase){"zipf128 top-k 10", r1, V1, p, 3e8};
+  p = params(V1), p.top_p = 0.7f;
+  cases[nc++] = (chiCase){"zipf128 top-p 0.7", r1, V1, p, 1.0e8};
+  p = params(V1), p.temperature = 1.2f, p.min_p = 0.05f;
+  cases[nc++] = (chiCase){"zipf128 T=1.2 min-p 0.05", r1, V1, p, 2e8};
+  p = params(V2), p.temperature = 0.9f, p.top_k = 20, p.top_p = 0.9f, p.min_p = 0.02f;
+  cases[nc++] = (chiCase){"gauss200 T=0.9 k20 p0.9 minp0.02", r2, V2, p, 6e7};
+  p = params(V2), p.temperature = 1.5f;
+  cases[nc++] = (chiCase){"gauss200 T=1.5", r2, V2, p, 4e7};
+  p = params(VF), p.top_p = 0.125f;
+  cases[nc++] = (chiCase){"flat64 top-p 0.125 (boundary)", f64, VF, p, 3e7};
+  p = params(VF2), p.top_k = 6;
+  cases[nc++] = (chiCase){"flat60 top-k 6", f60, VF2, p, 2e7};
+  const chiCase* bugcase[4] = {&cases[7], &cases[1], &cases[6], &cases[1]};
+  const int bugs[4] = {FX_SAMPLE_BUG_TOPK_PLUS1, FX_SAMPLE_BUG_TOPK_MINUS1, FX_SAMPLE_BUG_TOPP_LE,
+                       FX_SAMPLE_BUG_EXP_NOISE};
+  double chi_sec = 0;
+  testChiSquare(cases, nc, bugcase, bugs, &chi_sec);
+
+  const double total = (double)(clock() - c0) / CLOCKS_PER_SEC;
+  if (fails) {
+    fprintf(stderr, "test_sample_ref: %d checks failed\n", fails);
+    return 1;
+  }
+  printf("test_sample_ref: passed (chi-square part %.1f s, total %.1f s CPU)\n", chi_sec, total);
+  return 0;
+}

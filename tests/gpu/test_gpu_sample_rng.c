@@ -1,0 +1,272 @@
+/* Host and device evaluate src/core/sample_rng.h bit for bit alike (one GPU):
+ * the Gumbel noise G(x) of x on a stride over all 2^32 values (every x with
+ * DPS_SAMPLE_RNG_EXHAUSTIVE=1), Philox4x32-10 on raw words and the mapping
+ * (seed, offset, index) -> x, G on random and edge inputs, dpsLogDet on
+ * random bit patterns (subnormals, specials), and the fp32 score, the key
+ * and the min-p decision. Exits 77 (skipped) without a GPU.
+ *
+ * Needs only the CUDA runtime: besides the CMake target it builds alone, e.g.
+ *   nvcc -O3 -arch=sm_90 -Isrc/core -Itests/gpu -c tests/gpu/sample_rng_check.cu
+ *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -I$CUDA/include -c tests/gpu/test_gpu_sample_rng.c
+ *   nvcc sample_rng_check.o test_gpu_sample_rng.o -o t -lpthread */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "sample_rng.h"
+#include "sample_rng_check.h"
+
+static int fails = 0;
+
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
+      fprintf(stderr, __VA_ARGS__);                                             \
+      fprintf(stderr, "\n");                                                    \
+      ++fails;                                                                  \
+    }                                                                           \
+  } while (0)
+
+#define CUDA_OK(call)                                                           \
+  do {                                                                          \
+    cudaError_t e_ = (call);                                                    \
+    if (e_ != cudaSuccess) {                                                    \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,             \
+              cudaGetErrorString(e_));                                          \
+      exit(1);                                                                  \
+    }                                                                           \
+  } while (0)
+
+static uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* ---- G over x: host threads compare a batch ------------------------------- */
+typedef struct {
+  const double* dev;
+  uint32_t x0, stride;
+  long long begin, end;
+  long long mismatches;
+  long long first;
+} rangeJob;
+
+static void* rangeWorker(void* arg) {
+  rangeJob* j = (rangeJob*)arg;
+  for (long long i = j->begin; i < j->end; ++i) {
+    const uint32_t x = j->x0 + (uint32_t)i * j->stride;
+    const double h = dpsGumbelFromBits(x);
+    if (memcmp(&h, &j->dev[i], sizeof h) != 0) {
+      if (j->mismatches++ == 0) j->first = i;
+    }
+  }
+  return NULL;
+}
+
+static void checkGumbelRange(int exhaustive) {
+  const clock_t c0 = clock();
+  const long long batch = 1ll << 26;
+  const uint32_t stride = exhaustive ? 1u : 257u;
+  const long long total = exhaustive ? (1ll << 32) : (long long)(0xffffffffull / 257u) + 1;
+  double *d_out, *h_out;
+  CUDA_OK(cudaMalloc((void**)&d_out, (size_t)batch * sizeof(double)));
+  h_out = (double*)malloc((size_t)batch * sizeof(double));
+  long nthreads = sysconf(_SC_NPROCESSORS_ONLN);
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > 64) nthreads = 64;
+  long long mismatches = 0, done = 0;
+  for (long long b0 = 0; b0 < total; b0 += batch) {
+    const long long n = total - b0 < batch ? total - b0 : batch;
+    const uint32_t x0 = (uint32_t)((uint64_t)b0 * stride);
+    CUDA_OK(rngCheckLaunch(RNG_CHECK_GUMBEL_RANGE, NULL, d_out, n, x0, stride));
+    CUDA_OK(cudaMemcpy(h_out, d_out, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost));
+    pthread_t th[64];
+    rangeJob jobs[64];
+    for (long t = 0; t < nthreads; ++t) {
+      jobs[t].dev = h_out;
+      jobs[t].x0 = x0;
+      jobs[t].stride = stride;
+      jobs[t].begin = n * t / nthreads;
+      jobs[t].end = n * (t + 1) / nthreads;
+      jobs[t].mismatches = 0;
+      jobs[t].first = -1;
+      pthread_create(&th[t], NULL, rangeWorker, &jobs[t]);
+    }
+    for (long t = 0; t < nthreads; ++t) {
+      pthread_join(th[t], NULL);
+      if (jobs[t].mismatches > 0 && mismatches == 0) {
+        const long long i = jobs[t].first;
+        const uint32_t x = x0 + (uint32_t)i * stride;
+        fprintf(stderr, "G(x = %08x): host %.17g, device %.17g\n", x, dpsGumbelFromBits(x),
+                h_out[i]);
+      }
+      mismatches += jobs[t].mismatches;
+    }
+    done += n;
+  }
+  CHECK(mismatches == 0, "G: %lld of %lld values differ between host and device", mismatches,
+        done);
+  printf("G(x): %lld values of x (%s), host == device bit for bit: %s (%.1f s host CPU)\n", done,
+         exhaustive ? "every x" : "stride 257", mismatches == 0 ? "yes" : "NO",
+         (double)(clock() - c0) / CLOCKS_PER_SEC);
+  cudaFree(d_out);
+  free(h_out);
+}
+
+/* ---- the rest: n inputs each ---------------------------------------------- */
+static void* devRun(int mode, const void* in, size_t in_size, size_t out_size, long long n) {
+  void *d_in = NULL, *d_out, *h_out = malloc(out_size * (size_t)n);
+  if (in != NULL) {
+    CUDA_OK(cudaMalloc(&d_in, in_size * (size_t)n));
+    CUDA_OK(cudaMemcpy(d_in, in, in_size * (size_t)n, cudaMemcpyHostToDevice));
+  }
+  CUDA_OK(cudaMalloc(&d_out, out_size * (size_t)n));
+  CUDA_OK(rngCheckLaunch(mode, d_in, d_out, n, 0, 0));
+  CUDA_OK(cudaMemcpy(h_out, d_out, out_size * (size_t)n, cudaMemcpyDeviceToHost));
+  cudaFree(d_in);
+  cudaFree(d_out);
+  return h_out;
+}
+
+static void checkMapping(long long n) {
+  uint64_t s = 11;
+  rngTriple* in = (rngTriple*)calloc((size_t)n, sizeof *in);
+  for (long long j = 0; j < n; ++j) {
+    for (int w = 0; w < 4; ++w) in[j].ctr[w] = (uint32_t)splitmix(&s);
+    for (int w = 0; w < 2; ++w) in[j].key[w] = (uint32_t)splitmix(&s);
+    in[j].seed = splitmix(&s);
+    in[j].offset = splitmix(&s) >> (j % 64);
+    in[j].index = (int64_t)(splitmix(&s) >> (1 + j % 63));
+  }
+  /* edges: zeros, all ones, the published KAT inputs */
+  memset(&in[0], 0, sizeof in[0]);
+  memset(&in[1], 0xff, sizeof in[1]);
+  in[1].index = INT64_MAX;
+  const uint32_t kc[4] = {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344};
+  const uint32_t kk[2] = {0xa4093822, 0x299f31d0};
+  memcpy(in[2].ctr, kc, sizeof kc);
+  memcpy(in[2].key, kk, sizeof kk);
+  rngMapOut* out = (rngMapOut*)devRun(RNG_CHECK_MAPPING, in, sizeof *in, sizeof *out, n);
+  long long bad = 0;
+  for (long long j = 0; j < n; ++j) {
+    uint32_t ph[4];
+    dpsPhilox4x32_10(in[j].ctr, in[j].key, ph);
+    const uint32_t x = dpsSampleBits(in[j].seed, in[j].offset, in[j].index);
+    const double g = dpsSampleGumbel(in[j].seed, in[j].offset, in[j].index);
+    if (memcmp(ph, out[j].philox, sizeof ph) != 0 || x != out[j].x ||
+        memcmp(&g, &out[j].g, sizeof g) != 0) {
+      if (bad++ == 0)
+        fprintf(stderr, "mapping %lld: host %08x %.17g, device %08x %.17g\n", j, x, g, out[j].x,
+                out[j].g);
+    }
+  }
+  CHECK(out[0].philox[0] == 0x6627e8d5u && out[2].philox[0] == 0xd16cfe09u,
+        "device Philox KAT: %08x %08x", out[0].philox[0], out[2].philox[0]);
+  CHECK(bad == 0, "mapping: %lld of %lld differ", bad, n);
+  printf("Philox4x32-10 and (seed, offset, index) -> x, G: %lld inputs, host == device: %s\n", n,
+         bad == 0 ? "yes" : "NO");
+  free(in);
+  free(out);
+}
+
+static void checkLog(long long n) {
+  uint64_t s = 12;
+  double* in = (double*)malloc((size_t)n * sizeof *in);
+  for (long long j = 0; j < n; ++j) {
+    uint64_t b = splitmix(&s);
+    if (j % 4 == 1) b &= 0x800FFFFFFFFFFFFFull; /* subnormals and zeros */
+    if (j % 4 == 2) b = (b & 0x000FFFFFFFFFFFFFull) | (0x3FEull << 52) | ((b >> 63) << 52);
+    memcpy(&in[j], &b, sizeof b);
+  }
+  const uint64_t specials[] = {0, 0x8000000000000000ull, 0x7FF0000000000000ull,
+                               0xFFF0000000000000ull, 0x7FF8000000000000ull, 0x3FF0000000000000ull,
+                               0x3FF6A09E667F3BCDull, 0x3FF6A09E667F3BCCull, 1ull,
+                               0x7FEFFFFFFFFFFFFFull};
+  for (size_t k = 0; k < sizeof specials / sizeof specials[0]; ++k)
+    memcpy(&in[k], &specials[k], sizeof(double));
+  double* out = (double*)devRun(RNG_CHECK_LOG, in, sizeof *in, sizeof *out, n);
+  long long bad = 0;
+  for (long long j = 0; j < n; ++j) {
+    const double h = dpsLogDet(in[j]);
+    /* NaN results: any NaN bits are fine only if both are NaN */
+    const int both_nan = h != h && out[j] != out[j];
+    if (!both_nan && memcmp(&h, &out[j], sizeof h) != 0)
+      if (bad++ == 0) fprintf(stderr, "log(%a): host %a, device %a\n", in[j], h, out[j]);
+  }
+  CHECK(bad == 0, "dpsLogDet: %lld of %lld differ", bad, n);
+  printf("dpsLogDet: %lld inputs (random bits, subnormals, specials), host == device: %s\n", n,
+         bad == 0 ? "yes" : "NO");
+  free(in);
+  free(out);
+}
+
+static void checkScalars(long long n) {
+  uint64_t s = 13;
+  static const float temps[] = {1.0f, 0.7f, 0.3333333f, 1e-3f, 3.3f, 1e4f, 0.05f, 2.0f};
+  rngScalarIn* in = (rngScalarIn*)malloc((size_t)n * sizeof *in);
+  for (long long j = 0; j < n; ++j) {
+    const double mag = (double)(j % 5 == 0 ? 1000 : j % 5 == 1 ? 1 : 30);
+    in[j].lmax = (float)(mag * ((double)(splitmix(&s) >> 11) * 0x1p-53 - 0.2));
+    in[j].logit = in[j].lmax - (float)(mag * (double)(splitmix(&s) >> 11) * 0x1p-53);
+    in[j].temperature = temps[j % 8];
+    in[j].gumbel = dpsGumbelFromBits((uint32_t)splitmix(&s));
+    in[j].min_p = j % 7 == 0 ? 0.0f : (float)((double)(splitmix(&s) >> 40) * 0x1p-24);
+    in[j].log_min_p = dpsLogDet((double)in[j].min_p);
+    if (j % 11 == 3) { /* fp32 subnormal logits (a build with -ftz=true differs here) */
+      in[j].logit = (float)((double)(splitmix(&s) >> 41) * 0x1p-149);
+      in[j].lmax = in[j].logit;
+    }
+  }
+  rngScalarOut* out = (rngScalarOut*)devRun(RNG_CHECK_SCALAR, in, sizeof *in, sizeof *out, n);
+  long long bad_score = 0, bad_key = 0, bad_minp = 0, bad_lmp = 0, kept = 0;
+  for (long long j = 0; j < n; ++j) {
+    const float score = dpsSampleScore(in[j].logit, in[j].temperature);
+    const float key = dpsSampleKey(score, in[j].gumbel);
+    const int minp = dpsSampleMinPKeep(in[j].logit, in[j].lmax, in[j].temperature, in[j].log_min_p);
+    const double lmp = dpsLogDet((double)in[j].min_p);
+    kept += minp;
+    const int bs = memcmp(&score, &out[j].score, sizeof score) != 0;
+    const int bk = memcmp(&key, &out[j].key, sizeof key) != 0;
+    const int bm = minp != out[j].minp, bl = memcmp(&lmp, &out[j].log_min_p, sizeof lmp) != 0;
+    if ((bs || bk || bm || bl) && bad_score + bad_key + bad_minp + bad_lmp == 0)
+      fprintf(stderr, "scalars %lld (logit %a, T %a): host %a %a %d, device %a %a %d\n", j,
+              in[j].logit, in[j].temperature, score, key, minp, out[j].score, out[j].key,
+              out[j].minp);
+    bad_score += bs, bad_key += bk, bad_minp += bm, bad_lmp += bl;
+  }
+  CHECK(bad_score + bad_key + bad_minp + bad_lmp == 0,
+        "of %lld: %lld scores, %lld keys, %lld min-p decisions, %lld log(min_p) differ", n,
+        bad_score, bad_key, bad_minp, bad_lmp);
+  printf("score, key, min-p (%lld kept of %lld), log(min_p): host == device: %s\n", kept, n,
+         bad_score + bad_key + bad_minp + bad_lmp == 0 ? "yes" : "NO");
+  free(in);
+  free(out);
+}
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("SKIP test_gpu_sample_rng: no GPU\n");
+    return 77;
+  }
+  const char* ex = getenv("DPS_SAMPLE_RNG_EXHAUSTIVE");
+  checkGumbelRange(ex != NULL && strcmp(ex, "1") == 0);
+  checkMapping(1 << 20);
+  checkLog(1 << 22);
+  checkScalars(1 << 22);
+  if (fails) {
+    fprintf(stderr, "test_gpu_sample_rng: %d checks failed\n", fails);
+    return 1;
+  }
+  printf("test_gpu_sample_rng: host and device agree bit for bit\n");
+  return 0;
+}
