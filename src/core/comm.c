@@ -355,16 +355,17 @@ dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info) {
   return dpsSuccess;
 }
 
-/* Returns the communicator's error, making an asynchronous one sticky.
- * Thread-safe against itself (dpsCommGetAsyncError on a watchdog thread
- * while another thread runs operations): the backends' async_error reads
- * state the kernels or NCCL publish, and the sticky word is atomic. */
 dpsResult_t dpsCommAsyncError(dpsComm_t comm) {
   if (comm->ops && comm->ops->async_error) DPS_CHECK(comm->ops->async_error(comm));
   if (comm->prov->async_error) DPS_CHECK(comm->prov->async_error(comm));
   return dpsSuccess;
 }
 
+/* Returns the communicator's error, making an asynchronous one sticky.
+ * Thread-safe against itself (dpsCommGetAsyncError on a watchdog thread
+ * while another thread runs operations): the backends' and the provider's
+ * async_error read state the kernels or NCCL publish, and the sticky word is
+ * atomic. */
 dpsResult_t dpsCommHealth(dpsComm_t comm) {
   const int stuck = atomic_load(&comm->sticky_error);
   if (stuck) {
