@@ -24,6 +24,7 @@
 
 #include "sample_ref.h"
 #include "sample_rng.h"
+#include "stats.h"
 
 static int fails = 0;
 
@@ -39,24 +40,7 @@ static int fails = 0;
 
 static double g_scale = 1.0;
 
-static uint64_t splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double unif01(uint64_t* s) { return (double)(splitmix(s) >> 11) * 0x1p-53; }
-
-static fxSampleParams params(int64_t V) {
-  fxSampleParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.vocab_limit = V;
-  p.allowed = NULL;
-  return p;
-}
+static fxSampleParams params(int64_t V) { return fxSampleParamsDefault(V); }
 
 /* ---- 1. Philox4x32-10: Random123 kat_vectors -------------------------------- */
 /* From DEShawResearch/random123, tests/kat_vectors ("philox4x32 10" lines:
@@ -136,8 +120,8 @@ static void testLog(void) {
   uint64_t s = 42;
   const long nrand = (long)(400000 * (g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale));
   for (long j = 0; j < nrand; ++j) {
-    const int e = (int)(splitmix(&s) % 2098) - 1074; /* 2^-1074 .. 2^1023 */
-    logPoint(&er, ldexp(1.0 + unif01(&s), e));
+    const int e = (int)(fxSplitmix(&s) % 2098) - 1074; /* 2^-1074 .. 2^1023 */
+    logPoint(&er, ldexp(1.0 + fxUnif01(&s), e));
   }
   logPoint(&er, DBL_MIN);
   logPoint(&er, DBL_MAX);
@@ -197,8 +181,8 @@ static void testMapping(void) {
   /* the helpers are the documented composition */
   uint64_t s = 7;
   for (int j = 0; j < 20000; ++j) {
-    const uint64_t seed = splitmix(&s), offset = splitmix(&s) >> (j % 64);
-    const int64_t index = (int64_t)(splitmix(&s) >> (1 + j % 63));
+    const uint64_t seed = fxSplitmix(&s), offset = fxSplitmix(&s) >> (j % 64);
+    const int64_t index = (int64_t)(fxSplitmix(&s) >> (1 + j % 63));
     const double a = dpsSampleGumbel(seed, offset, index), b = docGumbel(seed, offset, index);
     if (memcmp(&a, &b, sizeof a) != 0) {
       CHECK(0, "dpsSampleGumbel(%llx, %llx, %lld) = %.17g, the documented mapping %.17g",
@@ -598,61 +582,16 @@ static void testDeterminism(const float* row, int64_t V) {
 }
 
 /* ---- 5. chi-square ----------------------------------------------------------- */
-/* Regularized upper incomplete gamma Q(a, x) (Numerical Recipes' gser/gcf):
- * the chi-square survival function is Q(df/2, chi2/2). */
-static double gammaQ(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double lg = a * log(x) - x - lgamma(a);
-  if (x < a + 1) { /* series for P, Q = 1 - P (not small here) */
-    double ap = a, del = 1.0 / a, sum = del;
-    for (int n = 0; n < 100000; ++n) {
-      ap += 1;
-      del *= x / ap;
-      sum += del;
-      if (fabs(del) < fabs(sum) * 1e-16) break;
-    }
-    return 1.0 - sum * exp(lg);
-  }
-  /* continued fraction for Q (modified Lentz) */
-  const double tiny = 1e-300;
-  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-  for (int i = 1; i < 100000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (fabs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (fabs(c) < tiny) c = tiny;
-    d = 1 / d;
-    const double del = d * c;
-    h *= del;
-    if (fabs(del - 1) < 1e-16) break;
-  }
-  return exp(lg) * h;
-}
-static double chi2Survival(double chi2, int df) { return df > 0 ? gammaQ(df / 2.0, chi2 / 2.0) : 1.0; }
-
-/* z with P(|Z| > z) = alpha (two-sided), by bisection on erfc */
-static double zTwoSided(double alpha) {
-  double lo = 0, hi = 40;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = (lo + hi) / 2;
-    if (erfc(mid / sqrt(2.0)) > alpha) lo = mid;
-    else hi = mid;
-  }
-  return (lo + hi) / 2;
-}
-
 static void testChi2Function(void) {
   /* textbook 5 % critical values, and df = 2 where Q = exp(-x/2) */
-  CHECK(fabs(chi2Survival(3.841458820694124, 1) - 0.05) < 1e-9, "chi2 df 1");
-  CHECK(fabs(chi2Survival(18.307038053275146, 10) - 0.05) < 1e-9, "chi2 df 10");
-  CHECK(fabs(chi2Survival(124.34211340400408, 100) - 0.05) < 1e-9, "chi2 df 100");
-  CHECK(fabs(chi2Survival(200.0, 100) / 1.1784500720979422e-8 - 1) < 1e-9, "chi2 df 100 tail");
-  CHECK(fabs(chi2Survival(20.0, 2) / exp(-10.0) - 1) < 1e-9, "chi2 df 2 tail");
-  CHECK(fabs(chi2Survival(200.0, 2) / exp(-100.0) - 1) < 1e-9, "chi2 df 2 far tail");
-  CHECK(chi2Survival(0.0, 5) == 1.0, "chi2 at 0");
-  CHECK(fabs(zTwoSided(0.05) - 1.959963984540054) < 1e-9, "z 5 %%");
+  CHECK(fabs(fxChi2Survival(3.841458820694124, 1) - 0.05) < 1e-9, "chi2 df 1");
+  CHECK(fabs(fxChi2Survival(18.307038053275146, 10) - 0.05) < 1e-9, "chi2 df 10");
+  CHECK(fabs(fxChi2Survival(124.34211340400408, 100) - 0.05) < 1e-9, "chi2 df 100");
+  CHECK(fabs(fxChi2Survival(200.0, 100) / 1.1784500720979422e-8 - 1) < 1e-9, "chi2 df 100 tail");
+  CHECK(fabs(fxChi2Survival(20.0, 2) / exp(-10.0) - 1) < 1e-9, "chi2 df 2 tail");
+  CHECK(fabs(fxChi2Survival(200.0, 2) / exp(-100.0) - 1) < 1e-9, "chi2 df 2 far tail");
+  CHECK(fxChi2Survival(0.0, 5) == 1.0, "chi2 at 0");
+  CHECK(fabs(fxZTwoSided(0.05) - 1.959963984540054) < 1e-9, "z 5 %%");
 }
 
 #define P_REJECT 1e-6  /* the pooled chi-square rejects below this p-value */
@@ -693,7 +632,7 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
             (long long)t2, (long long)t);
     }
   }
-  /* K by expected count, largest first */
+  /* K by probability, largest first */
   int64_t n = 0;
   for (int64_t i = 0; i < V; ++i)
     if (kept[i]) order[n++] = i;
@@ -708,31 +647,22 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
   r.nk = nk;
   r.pmax = n > 0 ? prob[order[0]] : 0;
   r.plo = r.pmax;
-  double pool_e = 0, pool_o = 0, last_e = 0, last_o = 0;
-  int have_last = 0;
+  double* pk = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof *pk);
+  int64_t* ck = (int64_t*)calloc((size_t)(n > 0 ? n : 1), sizeof *ck);
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t i = order[j];
-    const double e = (double)N * prob[i], o = (double)count[i];
-    if (prob[i] >= P_BIG) {
+    pk[j] = prob[order[j]];
+    ck[j] = count[order[j]];
+    if (pk[j] >= P_BIG) {
       ++r.nbig;
-      r.plo = prob[i];
-    }
-    if (e >= 5) {
-      if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-      last_e = e, last_o = o, have_last = 1;
-    } else {
-      pool_e += e, pool_o += o;
+      r.plo = pk[j];
     }
   }
-  if (pool_e >= 5 || !have_last) { /* the pool is a bin of its own */
-    if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-    if (pool_e > 0) r.chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, ++r.bins;
-  } else { /* too small: merged into the smallest individual bin */
-    last_e += pool_e, last_o += pool_o;
-    r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-  }
-  r.pvalue = chi2Survival(r.chi2, (int)r.bins - 1);
-  r.zcrit = zTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
+  const fxChi2Result c = fxChi2Pooled(pk, ck, n, N);
+  free(pk), free(ck);
+  r.chi2 = c.chi2;
+  r.bins = c.bins;
+  r.pvalue = c.pvalue;
+  r.zcrit = fxZTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
   for (int64_t j = 0; j < n; ++j) {
     const int64_t i = order[j];
     if (prob[i] < P_BIG) continue;
@@ -747,10 +677,7 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
 /* Draws needed for a relative error REL_ERR at probability q to fail the
  * z-test 95 % of the time: the shift REL_ERR q N must be (zcrit + 1.645)
  * standard deviations sqrt(N q (1 - q)). */
-static double drawsFor(double q, double zcrit) {
-  const double c = (zcrit + Z_POWER) / REL_ERR;
-  return c * c * (1 - q) / q;
-}
+static double drawsFor(double q, double zcrit) { return fxDrawsFor(q, zcrit, REL_ERR, Z_POWER); }
 typedef struct {
   const char* name;
   const float* row;
@@ -810,17 +737,8 @@ static void testChiSquare(const chiCase* cases, int ncases, const chiCase* bugca
 }
 
 int main(void) {
-  const char* sc = getenv("DPS_SAMPLE_CHI2_SCALE");
-  if (sc != NULL && *sc != '\0') {
-    char* end;
-    const double v = strtod(sc, &end);
-    if (*end != '\0' || !(v > 0 && v <= 1)) {
-      fprintf(stderr, "DPS_SAMPLE_CHI2_SCALE=%s: want a number in (0, 1]\n", sc);
-      return 2;
-    }
-    g_scale = v;
-    printf("DPS_SAMPLE_CHI2_SCALE=%g: fewer draws and log points\n", g_scale);
-  }
+  if (fxSampleScaleFromEnv(&g_scale) != 0) return 2;
+  if (g_scale < 1) printf("DPS_SAMPLE_CHI2_SCALE=%g: fewer draws and log points\n", g_scale);
   const clock_t c0 = clock();
   testPhilox();
   testLog();
@@ -834,7 +752,7 @@ int main(void) {
   int perm[V1];
   for (int i = 0; i < V1; ++i) perm[i] = i;
   for (int i = V1 - 1; i > 0; --i) {
-    const int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
+    const int j = (int)(fxSplitmix(&s) % (uint64_t)(i + 1));
     const int t = perm[i];
     perm[i] = perm[j];
     perm[j] = t;
@@ -842,13 +760,13 @@ int main(void) {
   /* realistic: a Zipf-like row (p ~ (1 + rank)^-1.5, ranks scattered over
    * the indices, a little jitter), with NaN and -inf entries */
   for (int i = 0; i < V1; ++i)
-    r1[i] = (float)(6.0 - 1.5 * log(1.0 + perm[i]) + 0.1 * (unif01(&s) - 0.5));
+    r1[i] = (float)(6.0 - 1.5 * log(1.0 + perm[i]) + 0.1 * (fxUnif01(&s) - 0.5));
   r1[17] = r1[64] = r1[100] = NAN;
   r1[33] = r1[90] = -INFINITY;
   /* realistic: Gaussian logits (sd 2.5) */
   for (int i = 0; i < V2; ++i) {
     double z = 0;
-    for (int u = 0; u < 4; ++u) z += unif01(&s);
+    for (int u = 0; u < 4; ++u) z += fxUnif01(&s);
     r2[i] = (float)(2.5 * (z - 2.0) * sqrt(3.0));
   }
   for (int i = 0; i < VF; ++i) f64[i] = 1.25f;
