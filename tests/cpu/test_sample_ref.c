@@ -5,7 +5,8 @@
  *  1. Philox4x32-10 against Random123's published known-answer vectors.
  *  2. dpsLogDet against libm's log (accuracy; bit-identity with the device is
  *     by construction, see sample_rng.h), the Gumbel noise against libm's
- *     -log(-log(U)), the documented mapping recomposed from its parts.
+ *     -log(-log(U)), the documented mapping recomposed from its parts;
+ *     dpsExpm1Det, dpsTanhDet and the soft-cap against libm.
  *  3. The filters on hand-made rows with hand-derived kept sets.
  *  4. Determinism: same inputs, same token; other offset/seed, other noise.
  *  5. Exactness in distribution: chi-square of fxRefSampleToken's draws
@@ -163,6 +164,132 @@ static void testLog(void) {
   printf("Gumbel noise: %ld values of x, fp32-rounded G equal to libm's -log(-log(U)) but %ld "
          "(max %.0f ulp); G in [%.6f, %.6f]; %.2f s\n",
          n, differ, max_ulp, gmin, gmax, (double)(clock() - c0) / CLOCKS_PER_SEC);
+}
+
+/* dpsExpm1Det and dpsTanhDet against libm (accuracy; bit-identity with the
+ * device is by construction, as for dpsLogDet), and the soft-cap
+ * dpsSampleSoftCap against fp32(c * libm's tanh(l / c)) in double. */
+typedef struct {
+  double max_rel, worst_x;
+  long n;
+} relErr;
+
+static void relPoint(relErr* er, double got, double want, double x) {
+  ++er->n;
+  if (want == 0.0) {
+    CHECK(got == 0.0, "%.17g: got %.17g, want 0", x, got);
+    return;
+  }
+  const double rel = fabs(got - want) / fabs(want);
+  if (!(rel <= er->max_rel)) er->max_rel = rel, er->worst_x = x;
+}
+
+static void testTanh(void) {
+  const clock_t c0 = clock();
+  const double scale = g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale;
+  uint64_t s = 77;
+  /* expm1 on its domain [0, 44): uniform, every reduction step k (y = (k +-
+   * 1/2) ln2, where k switches) and small y */
+  const double ln2 = log(2.0);
+  relErr em = {0, 0, 0};
+  for (long j = 0; j < (long)(400000 * scale); ++j) {
+    const double y = 44.0 * fxUnif01(&s);
+    relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+  }
+  for (int k = 0; k <= 63; ++k)
+    for (int d = -64; d <= 64; ++d) {
+      const double y = (k + 0.5) * ln2 + d * 1e-15 * (k + 1);
+      if (y >= 0 && y < 44) relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+    }
+  for (int e = -60; e <= 0; ++e) {
+    const double y = ldexp(1.0, e);
+    relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+  }
+  CHECK(em.max_rel <= 2e-15, "dpsExpm1Det: relative error %.3g at y = %.17g (bound 2e-15)",
+        em.max_rel, em.worst_x);
+  /* tanh: log-uniform over 2^-40 .. 2^6 both signs, around 2^-27 and 22
+   * (the shortcuts), every switch of k (x = (k + 1/2) ln2 / 2), subnormals */
+  relErr th = {0, 0, 0};
+  for (long j = 0; j < (long)(1000000 * scale); ++j) {
+    double x = ldexp(1.0 + fxUnif01(&s), (int)(fxSplitmix(&s) % 47) - 41);
+    if (j & 1) x = -x;
+    relPoint(&th, dpsTanhDet(x), tanh(x), x);
+  }
+  for (int k = 0; k <= 63; ++k)
+    for (int d = -64; d <= 64; ++d) {
+      const double x = (k + 0.5) * ln2 / 2 + d * 1e-15 * (k + 1);
+      relPoint(&th, dpsTanhDet(x), tanh(x), x);
+    }
+  for (int d = -4096; d <= 4096; ++d) {
+    const double a = 0x1p-27 + d * 0x1p-80, b = 22.0 + d * 0x1p-48;
+    relPoint(&th, dpsTanhDet(a), tanh(a), a);
+    relPoint(&th, dpsTanhDet(-b), tanh(-b), -b);
+  }
+  const double sub[] = {0x1p-1074, 0x1.8p-1060, DBL_MIN, 0x1p-600, 1e300, DBL_MAX};
+  for (size_t j = 0; j < sizeof sub / sizeof sub[0]; ++j)
+    relPoint(&th, dpsTanhDet(sub[j]), tanh(sub[j]), sub[j]);
+  CHECK(th.max_rel <= 2e-15, "dpsTanhDet: relative error %.3g at x = %.17g (bound 2e-15)",
+        th.max_rel, th.worst_x);
+  const double mz = dpsTanhDet(-0.0);
+  CHECK(dpsTanhDet(0.0) == 0.0 && mz == 0.0 && signbit(mz), "tanh(+-0) = %g, %g",
+        dpsTanhDet(0.0), mz);
+  CHECK(dpsTanhDet(INFINITY) == 1.0 && dpsTanhDet(-INFINITY) == -1.0 && isnan(dpsTanhDet(NAN)),
+        "tanh(+-inf, NaN) = %g %g %g", dpsTanhDet(INFINITY), dpsTanhDet(-INFINITY), dpsTanhDet(NAN));
+  printf("dpsExpm1Det: %ld points on [0, 44) against libm: max relative error %.3g "
+         "(%.1f x 2^-53)\n",
+         em.n, em.max_rel, em.max_rel / (DBL_EPSILON / 2));
+  printf("dpsTanhDet: %ld points against libm: max relative error %.3g (%.1f x 2^-53) at %.6g\n",
+         th.n, th.max_rel, th.max_rel / (DBL_EPSILON / 2), th.worst_x);
+
+  /* the soft-cap in fp32: against fp32((double)c * libm tanh((double)l / c))
+   * (the same formula with libm's tanh: equal but where the double result
+   * lies within a few double ulps of an fp32 rounding boundary), and against
+   * the all-fp32 formula c * tanhf(l / c) a kernel might be tempted to use
+   * (it differs often: the reason for one shared formula) */
+  static const float caps[] = {30.0f, 50.0f, 1.0f, 0.37f, 1e4f, 1e-20f};
+  long n = 0, differ = 0, differ_f32 = 0, nonmono = 0, over = 0;
+  double max_ulp = 0;
+  for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci) {
+    const float c = caps[ci];
+    for (long j = 0; j < (long)(300000 * scale); ++j) {
+      /* logits on +-8 c (most of the curve), some far out and some tiny */
+      float l = (float)(16.0 * c * (fxUnif01(&s) - 0.5));
+      if (j % 10 == 1) l = (float)(c * ldexp(fxUnif01(&s), (int)(fxSplitmix(&s) % 40) - 30));
+      if (j % 10 == 2) l = -(float)ldexp(1.0 + fxUnif01(&s), (int)(fxSplitmix(&s) % 250) - 125);
+      const float got = dpsSampleSoftCap(l, c);
+      const float want = (float)((double)c * tanh((double)l / (double)c));
+      const float f32 = c * tanhf(l / c);
+      ++n;
+      if (got != want) {
+        ++differ;
+        const double u = fabs((double)got - (double)want) / ulpf(want);
+        if (u > max_ulp) max_ulp = u;
+      }
+      differ_f32 += got != f32;
+      over += !(fabsf(got) <= c);
+      /* monotone: the next float up never caps lower */
+      nonmono += dpsSampleSoftCap(nextafterf(l, INFINITY), c) < got;
+    }
+  }
+  CHECK(max_ulp <= 1.0, "soft-cap: %.3g fp32 ulp from fp32(c * libm tanh(l / c)) (bound 1)",
+        max_ulp);
+  CHECK(differ <= n / 100000, "soft-cap: %ld of %ld differ from fp32(c * libm tanh(l / c))",
+        differ, n);
+  CHECK(over == 0 && nonmono == 0, "soft-cap: %ld values beyond c, %ld decreasing steps", over,
+        nonmono);
+  /* specials: NaN and +-inf unchanged (our rule), +-0 kept, saturation at c */
+  CHECK(isnan(dpsSampleSoftCap(NAN, 30.0f)) && dpsSampleSoftCap(INFINITY, 30.0f) == INFINITY &&
+            dpsSampleSoftCap(-INFINITY, 30.0f) == -INFINITY,
+        "soft-cap of NaN / +-inf changed");
+  CHECK(dpsSampleSoftCap(0.0f, 30.0f) == 0.0f && signbit(dpsSampleSoftCap(-0.0f, 30.0f)),
+        "soft-cap of +-0");
+  CHECK(dpsSampleSoftCap(1e30f, 30.0f) == 30.0f && dpsSampleSoftCap(-FLT_MAX, 30.0f) == -30.0f,
+        "soft-cap saturation: %a %a", dpsSampleSoftCap(1e30f, 30.0f),
+        dpsSampleSoftCap(-FLT_MAX, 30.0f));
+  printf("soft-cap fp32: %ld points, %ld differ from fp32(c * libm tanh(l / c)) (max %.0f ulp), "
+         "%ld (%.1f %%) from c * tanhf(l / c) in fp32; monotone, |cap| <= c; %.2f s\n",
+         n, differ, max_ulp, differ_f32, 100.0 * (double)differ_f32 / (double)n,
+         (double)(clock() - c0) / CLOCKS_PER_SEC);
 }
 
 /* The mapping as docs/sampling.md states it, composed from the raw Philox. */
@@ -742,6 +869,7 @@ int main(void) {
   const clock_t c0 = clock();
   testPhilox();
   testLog();
+  testTanh();
   testMapping();
   testFilters();
 
