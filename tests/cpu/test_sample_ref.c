@@ -7,7 +7,8 @@
  *     by construction, see sample_rng.h), the Gumbel noise against libm's
  *     -log(-log(U)), the documented mapping recomposed from its parts;
  *     dpsExpm1Det, dpsTanhDet and the soft-cap against libm.
- *  3. The filters on hand-made rows with hand-derived kept sets.
+ *  3. The filters on hand-made rows with hand-derived kept sets; the
+ *     soft-cap in the filters, the probabilities and the logprob.
  *  4. Determinism: same inputs, same token; other offset/seed, other noise.
  *  5. Exactness in distribution: chi-square of fxRefSampleToken's draws
  *     against fxRefSampleDist's float64 probabilities, and planted bugs that
@@ -647,6 +648,119 @@ static void testFilters(void) {
       CHECK(fxRefSampleDist(r, 2, &bad[j], prob, NULL, &nk) == -1 && nk == 12345 && prob[0] == -1,
             "invalid parameters %d accepted by the distribution", j);
     }
+  }
+  /* the soft-cap (spec 1, 4): l means c * tanh(l / c) everywhere */
+  {
+    /* min-p: diffs 0, -3, -4, -7 keep only index 0 at min_p 0.1 (log =
+     * -2.303); capped at c = 2 (1.928, 0.924, 0, -1.810): diffs 0, -1.004,
+     * -1.928, -3.738 keep 0, 1, 2 */
+    const float r[4] = {4, 1, 0, -3};
+    fxSampleParams p = params(4);
+    p.min_p = 0.1f;
+    EXPECT("min-p 0.1, no cap", r, 4, p, 0);
+    p.softcap = 2.0f;
+    EXPECT("min-p 0.1, cap 2", r, 4, p, 0, 1, 2);
+    /* top-p: p = .870, .043, .043, .043 keep only 0 at 0.8; capped at 2
+     * (1.810, 0, 0, 0): p = .671, .110, .110, .110, masses before 0, .671,
+     * .780, .890: 0, 1, 2 */
+    const float t[4] = {3, 0, 0, 0};
+    fxSampleParams q = params(4);
+    q.top_p = 0.8f;
+    EXPECT("top-p 0.8, no cap", t, 4, q, 0);
+    q.softcap = 2.0f;
+    EXPECT("top-p 0.8, cap 2", t, 4, q, 0, 1, 2);
+    /* the argmax: 35 and 40 both cap to 1.0f at c = 1 (tanh 35 and tanh 40
+     * round to 1): a tie, the lower index wins (greedy and top-1); every
+     * probability 1/2 */
+    const float g[2] = {35, 40};
+    fxSampleParams gp = params(2);
+    gp.temperature = 0.0f;
+    EXPECT("greedy, no cap", g, 2, gp, 1);
+    gp.softcap = 1.0f;
+    EXPECT("greedy, cap 1: the tie goes to index 0", g, 2, gp, 0);
+    fxSampleParams kp = params(2);
+    kp.top_k = 1;
+    kp.softcap = 1.0f;
+    EXPECT("top-1, cap 1", g, 2, kp, 0);
+    kp.top_k = 0;
+    double prob[4];
+    int64_t nk, tok;
+    float lp;
+    fxRefSampleDist(g, 2, &kp, prob, NULL, &nk);
+    CHECK(prob[0] == 0.5 && prob[1] == 0.5, "cap 1: p = %g %g, want 1/2 each", prob[0], prob[1]);
+    /* the probabilities (over K = {0, 1, 2}) and the logprob of the capped
+     * values */
+    fxRefSampleDist(t, 4, &q, prob, NULL, &nk);
+    const double c0v = (double)dpsSampleSoftCap(3.0f, 2.0f);
+    CHECK(fabs(prob[0] - exp(c0v) / (exp(c0v) + 2.0)) < 1e-15 && fabs(c0v - 2 * tanh(1.5)) < 1e-6,
+          "cap 2: p0 = %.17g (capped logit %.9g)", prob[0], c0v);
+    const float h[4] = {4, 1, NAN, -INFINITY};
+    fxSampleParams hp = params(4);
+    hp.temperature = 0.0f;
+    hp.softcap = 2.0f;
+    fxRefSampleToken(h, 4, &hp, 0, 0, &tok, &lp);
+    const double cap4 = (double)dpsSampleSoftCap(4.0f, 2.0f), cap1 = (double)dpsSampleSoftCap(1.0f, 2.0f);
+    const double want_lp = cap4 - log(exp(cap4) + exp(cap1));
+    CHECK(tok == 0 && fabs(lp - (float)want_lp) <= 1e-6f,
+          "cap 2: token %lld logprob %.9g, want 0, %.9g (NaN and -inf stay out of A)",
+          (long long)tok, lp, want_lp);
+    /* NaN and -inf stay out of A under the cap (our rule; the formula would
+     * make -inf a candidate at -c); +inf keeps the +inf rule */
+    hp.temperature = 1.0f;
+    EXPECT("cap 2: NaN, -inf out of A", h, 4, hp, 0, 1);
+    const float inf[3] = {1, INFINITY, 2};
+    fxSampleParams ip = params(3);
+    ip.softcap = 2.0f;
+    EXPECT("cap 2: +inf stays the token", inf, 3, ip, 1);
+    /* a cap far above the logits changes nothing: c = 1e6 leaves every
+     * |l| <= 8 bit for bit (l - c tanh(l / c) < l^3 / 3c^2: at most 2.2e-11
+     * of l, far below half an fp32 ulp, 6e-8 of l), and c = 1e3 moves each
+     * score by less than d = 8^3 / (3c^2 T), each probability by less than a
+     * factor exp(2d) */
+    uint64_t s = 5;
+    float z[100];
+    for (int i = 0; i < 100; ++i) z[i] = (float)(16.0 * (fxUnif01(&s) - 0.5));
+    fxSampleParams a = params(100), b = params(100);
+    a.temperature = b.temperature = 0.7f;
+    a.top_k = b.top_k = 30;
+    a.top_p = b.top_p = 0.9f;
+    b.softcap = 1e6f;
+    double pa[100], pb[100];
+    unsigned char ka[100], kb[100];
+    int64_t na, nb;
+    fxRefSampleDist(z, 100, &a, pa, ka, &na);
+    fxRefSampleDist(z, 100, &b, pb, kb, &nb);
+    int same = na == nb && memcmp(ka, kb, sizeof ka) == 0 && memcmp(pa, pb, sizeof pa) == 0;
+    for (uint64_t o = 0; o < 200 && same; ++o) {
+      int64_t ta, tb;
+      float la, lb;
+      fxRefSampleToken(z, 100, &a, 11, o, &ta, &la);
+      fxRefSampleToken(z, 100, &b, 11, o, &tb, &lb);
+      same = ta == tb && la == lb;
+    }
+    CHECK(same, "cap 1e6 changed the kept set, the probabilities or a token");
+    b.softcap = 1e3f;
+    fxRefSampleDist(z, 100, &b, pb, kb, &nb);
+    double worst = 0;
+    for (int i = 0; i < 100; ++i)
+      if (pa[i] > 0) worst = fmax(worst, fabs(pb[i] / pa[i] - 1));
+    const double d = 512.0 / (3e6 * 0.7), bound = expm1(2 * d) + 1e-9;
+    CHECK(na == nb && memcmp(ka, kb, sizeof ka) == 0 && worst < bound,
+          "cap 1e3: |K| %lld / %lld, probabilities %.3g relative apart (bound %.3g)",
+          (long long)na, (long long)nb, worst, bound);
+    /* invalid caps */
+    fxSampleParams bad = params(2);
+    const float badc[3] = {-1.0f, NAN, INFINITY};
+    for (int j = 0; j < 3; ++j) {
+      bad.softcap = badc[j];
+      int64_t tk = 12345;
+      CHECK(fxRefSampleToken(g, 2, &bad, 0, 0, &tk, &lp) == -1 && tk == 12345,
+            "soft-cap %g accepted", badc[j]);
+    }
+    printf("soft-cap: changes the min-p and top-p kept sets and the argmax (saturation ties) as "
+           "derived; logprob of the capped row; c = 1e6 no effect, c = 1e3 moves probabilities "
+           "by %.2g relative (bound %.2g)\n",
+           worst, bound);
   }
   printf("filters: hand-made rows give their hand-derived kept sets\n");
 }
