@@ -24,21 +24,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "sample_ref.h"
 #include "sample_rng.h"
 #include "stats.h"
 
-static int fails = 0;
-
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fprintf(stderr, "\n");                                                    \
-      ++fails;                                                                  \
-    }                                                                           \
-  } while (0)
+#define CHECK FX_EXPECT
 
 static double g_scale = 1.0;
 
@@ -1042,8 +1033,8 @@ int main(void) {
   testChiSquare(cases, nc, bugcase, bugs, &chi_sec);
 
   const double total = (double)(clock() - c0) / CLOCKS_PER_SEC;
-  if (fails) {
-    fprintf(stderr, "test_sample_ref: %d checks failed\n", fails);
+  if (fxExpectFailed) {
+    fprintf(stderr, "test_sample_ref: %d checks failed\n", fxExpectFailed);
     return 1;
   }
   printf("test_sample_ref: passed (chi-square part %.1f s, total %.1f s CPU)\n", chi_sec, total);

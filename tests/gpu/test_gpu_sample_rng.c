@@ -7,7 +7,8 @@
  *
  * Needs only the CUDA runtime: besides the CMake target it builds alone, e.g.
  *   nvcc -O3 -arch=sm_90 -Isrc/core -Itests/gpu -c tests/gpu/sample_rng_check.cu
- *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -I$CUDA/include -c tests/gpu/test_gpu_sample_rng.c
+ *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -Itests/fixtures -I$CUDA/include -c \
+ *     tests/gpu/test_gpu_sample_rng.c
  *   nvcc sample_rng_check.o test_gpu_sample_rng.o -o t -lpthread */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -19,20 +20,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check.h"
 #include "sample_rng.h"
 #include "sample_rng_check.h"
 
-static int fails = 0;
-
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fprintf(stderr, "\n");                                                    \
-      ++fails;                                                                  \
-    }                                                                           \
-  } while (0)
+#define CHECK FX_EXPECT
 
 #define CUDA_OK(call)                                                           \
   do {                                                                          \
@@ -263,8 +255,8 @@ int main(void) {
   checkMapping(1 << 20);
   checkLog(1 << 22);
   checkScalars(1 << 22);
-  if (fails) {
-    fprintf(stderr, "test_gpu_sample_rng: %d checks failed\n", fails);
+  if (fxExpectFailed) {
+    fprintf(stderr, "test_gpu_sample_rng: %d checks failed\n", fxExpectFailed);
     return 1;
   }
   printf("test_gpu_sample_rng: host and device agree bit for bit\n");
