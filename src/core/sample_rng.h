@@ -51,8 +51,10 @@
  * H200: scores differed, keys and min-p decisions did not), and the key
  * changes too when T is below about 2e-12 (above, the change, below
  * 1.2e-38 / T, is lost next to |G| >= 1.2e-10 in the double sum) or T itself
- * is subnormal. Compile the kernels that use this header without -ftz=true
- * (the library's kernels are).
+ * is subnormal; the soft-cap of a subnormal logit becomes 0 (its input
+ * conversion turns into cvt.ftz.f64.f32; seen in the PTX). Compile the
+ * kernels that use this header without -ftz=true (the library's kernels
+ * are).
  *
  * THE DETERMINISTIC LOG (dpsLogDet, double in, double out): x = 2^e * m with
  * m in [sqrt(1/2), sqrt(2)) from the bits; f = (m - 1) / (m + 1) (m - 1 is
