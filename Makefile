@@ -98,10 +98,10 @@ check-asan:
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure
 
-# test_sample_ref draws tens of millions of tokens for its chi-square tests
-# (about 20 s natively); under valgrind it runs a fraction of them
-# (DPS_SAMPLE_CHI2_SCALE; the test prints the power that remains). The full
-# statistical run is the plain ctest -L cpu.
+# test_sample_ref and test_verify_ref draw tens of millions of tokens for their
+# statistical tests (about 25 s and 5 s natively); under valgrind they run a
+# fraction of them (DPS_SAMPLE_CHI2_SCALE; the tests print the power that
+# remains). The full statistical run is the plain ctest -L cpu.
 VALGRIND_SAMPLE_SCALE ?= 0.002
 check-valgrind:
 	cmake -S . -B $(VALGRIND_BUILD) $(HOST_CMAKE_ARGS) -DDPS_BUILD_TOOLS=OFF

@@ -51,8 +51,10 @@
  * H200: scores differed, keys and min-p decisions did not), and the key
  * changes too when T is below about 2e-12 (above, the change, below
  * 1.2e-38 / T, is lost next to |G| >= 1.2e-10 in the double sum) or T itself
- * is subnormal. Compile the kernels that use this header without -ftz=true
- * (the library's kernels are).
+ * is subnormal; the soft-cap of a subnormal logit becomes 0 (its input
+ * conversion turns into cvt.ftz.f64.f32; seen in the PTX). Compile the
+ * kernels that use this header without -ftz=true (the library's kernels
+ * are).
  *
  * THE DETERMINISTIC LOG (dpsLogDet, double in, double out): x = 2^e * m with
  * m in [sqrt(1/2), sqrt(2)) from the bits; f = (m - 1) / (m + 1) (m - 1 is
@@ -64,11 +66,28 @@
  * (tests/cpu/test_sample_ref.c): at most 1.2e-15 relative (7 double ulp, at
  * the edges of the reduction), about 1e-8 of an fp32 ulp.
  *
+ * THE DETERMINISTIC TANH (dpsTanhDet, double in, double out), for the
+ * soft-cap: tanh(x) = sign(x) E / (E + 2) with E = expm1(2|x|) (no
+ * cancellation: E >= 0); x for |x| < 2^-27 (tanh x = x (1 - x^2/3 + ...),
+ * the correction below half an ulp), +-1 for |x| >= 22 (1 - tanh 22 =
+ * 1.6e-19, below half an ulp of 1). expm1(y) (dpsExpm1Det, 0 <= y < 44):
+ * k = (int)(y / ln2 + 0.5), r = (y - k ln2_hi) - k ln2_lo (y - k ln2_hi
+ * exact: k ln2_hi has at most 39 bits, Sterbenz), |r| <= 0.347;
+ * expm1(r) = r + r^2 Q(r), Q(r) = sum_{n=2..13} r^(n-2) / n! by Horner;
+ * expm1(y) = (2^k - 1) + 2^k expm1(r) (2^k - 1 and the product exact).
+ * The first omitted term, r^14 / 14!, is below 1.2e-17 of expm1(r); measured
+ * against libm's tanh (tests/cpu/test_sample_ref.c): see docs/sampling.md.
+ *
  * Also here, as the kernels need them:
  *  - dpsSampleMinPKeep: min-p as (l_i - l_max) / T >= log(min_p), the
  *    difference and the quotient in fp32, log(min_p) = dpsLogDet(min_p) in
  *    double (the spec's exp((l_i - l_max)/T) >= min_p, in the log domain,
- *    so that host and device decide every boundary alike). */
+ *    so that host and device decide every boundary alike);
+ *  - dpsSampleSoftCap: the soft-cap c * tanh(l / c) of a finite fp32 logit,
+ *    as fp32((double)c * dpsTanhDet((double)l / (double)c)) (the quotient
+ *    and the product in double, one rounding to fp32 at the end); NaN and
+ *    +-inf logits pass unchanged (our rule: -inf stays outside the
+ *    candidates, +inf keeps the +inf rule). */
 #ifndef DPS_SAMPLE_RNG_H_
 #define DPS_SAMPLE_RNG_H_
 
@@ -261,6 +280,51 @@ DPS_RNG_HD double dpsLogDet(double x) {
   return dpsRngAdd(dpsRngMul(de, ln2_hi), small);
 }
 
+/* ---- the deterministic expm1 and tanh (double) ----------------------------- */
+/* expm1(y) = e^y - 1 for 0 <= y < 44 (what dpsTanhDet needs; k <= 63 below).
+ * Same bits on host and device. */
+DPS_RNG_HD double dpsExpm1Det(double y) {
+  const double ln2_hi = 6.93147180369123816490e-01; /* 0x3FE62E42FEE00000, as in dpsLogDet */
+  const double ln2_lo = 1.90821492927058770002e-10; /* 0x3DEA39EF35793C76 */
+  const int k = (int)dpsRngAdd(dpsRngMul(y, 1.4426950408889634 /* 1/ln2 */), 0.5);
+  const double dk = (double)k;
+  const double hi = dpsRngSub(y, dpsRngMul(dk, ln2_hi)); /* both steps exact */
+  const double r = dpsRngSub(hi, dpsRngMul(dk, ln2_lo));
+  /* Q(r) = 1/2! + r/3! + ... + r^11/13! by Horner; the literals are the
+   * doubles nearest to 1/n! (17 significant digits, read back exactly) */
+  double q = 1.6059043836821613e-10;                /* 1/13! */
+  q = dpsRngAdd(2.08767569878681e-09, dpsRngMul(r, q));    /* 1/12! */
+  q = dpsRngAdd(2.505210838544172e-08, dpsRngMul(r, q));   /* 1/11! */
+  q = dpsRngAdd(2.7557319223985888e-07, dpsRngMul(r, q));  /* 1/10! */
+  q = dpsRngAdd(2.7557319223985893e-06, dpsRngMul(r, q));  /* 1/9! */
+  q = dpsRngAdd(2.4801587301587302e-05, dpsRngMul(r, q));  /* 1/8! */
+  q = dpsRngAdd(1.9841269841269841e-04, dpsRngMul(r, q));  /* 1/7! */
+  q = dpsRngAdd(1.3888888888888889e-03, dpsRngMul(r, q));  /* 1/6! */
+  q = dpsRngAdd(8.3333333333333332e-03, dpsRngMul(r, q));  /* 1/5! */
+  q = dpsRngAdd(4.1666666666666664e-02, dpsRngMul(r, q));  /* 1/4! */
+  q = dpsRngAdd(1.6666666666666666e-01, dpsRngMul(r, q));  /* 1/3! */
+  q = dpsRngAdd(0.5, dpsRngMul(r, q));                     /* 1/2! */
+  const double em = dpsRngAdd(r, dpsRngMul(dpsRngMul(r, r), q)); /* expm1(r) */
+  if (k == 0) return em;
+  const double t = dpsRngFromBits((uint64_t)(1023 + k) << 52); /* 2^k */
+  return dpsRngAdd(dpsRngSub(t, 1.0), dpsRngMul(t, em));
+}
+
+/* tanh(x) for every double: NaN for NaN, +-1 for +-inf, -0 for -0. Same
+ * bits on host and device. */
+DPS_RNG_HD double dpsTanhDet(double x) {
+  if (x != x) return x;
+  const uint64_t b = dpsRngBits(x);
+  const double ax = dpsRngFromBits(b & 0x7FFFFFFFFFFFFFFFull);
+  if (ax < 7.450580596923828125e-09 /* 2^-27 */) return x;
+  double t = 1.0;
+  if (ax < 22.0) {
+    const double e = dpsExpm1Det(dpsRngMul(2.0, ax)); /* 2|x| exact */
+    t = dpsRngDiv(e, dpsRngAdd(e, 2.0));
+  }
+  return (b >> 63) != 0 ? -t : t;
+}
+
 /* ---- the noise of one index ------------------------------------------------ */
 /* G = -log(-log(U)) of x, in double: in [-3.13, 22.87]. */
 DPS_RNG_HD double dpsGumbelFromBits(uint32_t x) {
@@ -304,6 +368,22 @@ DPS_RNG_HD int dpsSampleMinPKeep(float logit, float lmax, float temperature, dou
   const float d = (logit - lmax) / temperature;
 #endif
   return (double)d >= log_min_p;
+}
+
+/* The soft-cap (spec sections 1 and 4): c * tanh(l / c) for a finite logit
+ * l and a cap c > 0 (finite), as fp32((double)c * dpsTanhDet((double)l /
+ * (double)c)): the quotient and the product in double, rounded to nearest,
+ * then one rounding to fp32. NaN and +-inf logits are returned unchanged (our
+ * rule; the formula would map +-inf to +-c, making a -inf logit a
+ * candidate). */
+DPS_RNG_HD float dpsSampleSoftCap(float logit, float cap) {
+  if (!(logit - logit == 0.0f)) return logit; /* NaN, +-inf */
+  const double t = dpsTanhDet(dpsRngDiv((double)logit, (double)cap));
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(dpsRngMul((double)cap, t));
+#else
+  return (float)dpsRngMul((double)cap, t);
+#endif
 }
 
 #endif /* DPS_SAMPLE_RNG_H_ */

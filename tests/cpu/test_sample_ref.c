@@ -5,8 +5,10 @@
  *  1. Philox4x32-10 against Random123's published known-answer vectors.
  *  2. dpsLogDet against libm's log (accuracy; bit-identity with the device is
  *     by construction, see sample_rng.h), the Gumbel noise against libm's
- *     -log(-log(U)), the documented mapping recomposed from its parts.
- *  3. The filters on hand-made rows with hand-derived kept sets.
+ *     -log(-log(U)), the documented mapping recomposed from its parts;
+ *     dpsExpm1Det, dpsTanhDet and the soft-cap against libm.
+ *  3. The filters on hand-made rows with hand-derived kept sets; the
+ *     soft-cap in the filters, the probabilities and the logprob.
  *  4. Determinism: same inputs, same token; other offset/seed, other noise.
  *  5. Exactness in distribution: chi-square of fxRefSampleToken's draws
  *     against fxRefSampleDist's float64 probabilities, and planted bugs that
@@ -22,41 +24,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "sample_ref.h"
 #include "sample_rng.h"
+#include "stats.h"
 
-static int fails = 0;
-
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fprintf(stderr, "\n");                                                    \
-      ++fails;                                                                  \
-    }                                                                           \
-  } while (0)
+#define CHECK FX_EXPECT
 
 static double g_scale = 1.0;
 
-static uint64_t splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double unif01(uint64_t* s) { return (double)(splitmix(s) >> 11) * 0x1p-53; }
-
-static fxSampleParams params(int64_t V) {
-  fxSampleParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.vocab_limit = V;
-  p.allowed = NULL;
-  return p;
-}
+static fxSampleParams params(int64_t V) { return fxSampleParamsDefault(V); }
 
 /* ---- 1. Philox4x32-10: Random123 kat_vectors -------------------------------- */
 /* From DEShawResearch/random123, tests/kat_vectors ("philox4x32 10" lines:
@@ -136,8 +113,8 @@ static void testLog(void) {
   uint64_t s = 42;
   const long nrand = (long)(400000 * (g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale));
   for (long j = 0; j < nrand; ++j) {
-    const int e = (int)(splitmix(&s) % 2098) - 1074; /* 2^-1074 .. 2^1023 */
-    logPoint(&er, ldexp(1.0 + unif01(&s), e));
+    const int e = (int)(fxSplitmix(&s) % 2098) - 1074; /* 2^-1074 .. 2^1023 */
+    logPoint(&er, ldexp(1.0 + fxUnif01(&s), e));
   }
   logPoint(&er, DBL_MIN);
   logPoint(&er, DBL_MAX);
@@ -181,6 +158,132 @@ static void testLog(void) {
          n, differ, max_ulp, gmin, gmax, (double)(clock() - c0) / CLOCKS_PER_SEC);
 }
 
+/* dpsExpm1Det and dpsTanhDet against libm (accuracy; bit-identity with the
+ * device is by construction, as for dpsLogDet), and the soft-cap
+ * dpsSampleSoftCap against fp32(c * libm's tanh(l / c)) in double. */
+typedef struct {
+  double max_rel, worst_x;
+  long n;
+} relErr;
+
+static void relPoint(relErr* er, double got, double want, double x) {
+  ++er->n;
+  if (want == 0.0) {
+    CHECK(got == 0.0, "%.17g: got %.17g, want 0", x, got);
+    return;
+  }
+  const double rel = fabs(got - want) / fabs(want);
+  if (!(rel <= er->max_rel)) er->max_rel = rel, er->worst_x = x;
+}
+
+static void testTanh(void) {
+  const clock_t c0 = clock();
+  const double scale = g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale;
+  uint64_t s = 77;
+  /* expm1 on its domain [0, 44): uniform, every reduction step k (y = (k +-
+   * 1/2) ln2, where k switches) and small y */
+  const double ln2 = log(2.0);
+  relErr em = {0, 0, 0};
+  for (long j = 0; j < (long)(400000 * scale); ++j) {
+    const double y = 44.0 * fxUnif01(&s);
+    relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+  }
+  for (int k = 0; k <= 63; ++k)
+    for (int d = -64; d <= 64; ++d) {
+      const double y = (k + 0.5) * ln2 + d * 1e-15 * (k + 1);
+      if (y >= 0 && y < 44) relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+    }
+  for (int e = -60; e <= 0; ++e) {
+    const double y = ldexp(1.0, e);
+    relPoint(&em, dpsExpm1Det(y), expm1(y), y);
+  }
+  CHECK(em.max_rel <= 2e-15, "dpsExpm1Det: relative error %.3g at y = %.17g (bound 2e-15)",
+        em.max_rel, em.worst_x);
+  /* tanh: log-uniform over 2^-40 .. 2^6 both signs, around 2^-27 and 22
+   * (the shortcuts), every switch of k (x = (k + 1/2) ln2 / 2), subnormals */
+  relErr th = {0, 0, 0};
+  for (long j = 0; j < (long)(1000000 * scale); ++j) {
+    double x = ldexp(1.0 + fxUnif01(&s), (int)(fxSplitmix(&s) % 47) - 41);
+    if (j & 1) x = -x;
+    relPoint(&th, dpsTanhDet(x), tanh(x), x);
+  }
+  for (int k = 0; k <= 63; ++k)
+    for (int d = -64; d <= 64; ++d) {
+      const double x = (k + 0.5) * ln2 / 2 + d * 1e-15 * (k + 1);
+      relPoint(&th, dpsTanhDet(x), tanh(x), x);
+    }
+  for (int d = -4096; d <= 4096; ++d) {
+    const double a = 0x1p-27 + d * 0x1p-80, b = 22.0 + d * 0x1p-48;
+    relPoint(&th, dpsTanhDet(a), tanh(a), a);
+    relPoint(&th, dpsTanhDet(-b), tanh(-b), -b);
+  }
+  const double sub[] = {0x1p-1074, 0x1.8p-1060, DBL_MIN, 0x1p-600, 1e300, DBL_MAX};
+  for (size_t j = 0; j < sizeof sub / sizeof sub[0]; ++j)
+    relPoint(&th, dpsTanhDet(sub[j]), tanh(sub[j]), sub[j]);
+  CHECK(th.max_rel <= 2e-15, "dpsTanhDet: relative error %.3g at x = %.17g (bound 2e-15)",
+        th.max_rel, th.worst_x);
+  const double mz = dpsTanhDet(-0.0);
+  CHECK(dpsTanhDet(0.0) == 0.0 && mz == 0.0 && signbit(mz), "tanh(+-0) = %g, %g",
+        dpsTanhDet(0.0), mz);
+  CHECK(dpsTanhDet(INFINITY) == 1.0 && dpsTanhDet(-INFINITY) == -1.0 && isnan(dpsTanhDet(NAN)),
+        "tanh(+-inf, NaN) = %g %g %g", dpsTanhDet(INFINITY), dpsTanhDet(-INFINITY), dpsTanhDet(NAN));
+  printf("dpsExpm1Det: %ld points on [0, 44) against libm: max relative error %.3g "
+         "(%.1f x 2^-53)\n",
+         em.n, em.max_rel, em.max_rel / (DBL_EPSILON / 2));
+  printf("dpsTanhDet: %ld points against libm: max relative error %.3g (%.1f x 2^-53) at %.6g\n",
+         th.n, th.max_rel, th.max_rel / (DBL_EPSILON / 2), th.worst_x);
+
+  /* the soft-cap in fp32: against fp32((double)c * libm tanh((double)l / c))
+   * (the same formula with libm's tanh: equal but where the double result
+   * lies within a few double ulps of an fp32 rounding boundary), and against
+   * the all-fp32 formula c * tanhf(l / c) a kernel might be tempted to use
+   * (it differs often: the reason for one shared formula) */
+  static const float caps[] = {30.0f, 50.0f, 1.0f, 0.37f, 1e4f, 1e-20f};
+  long n = 0, differ = 0, differ_f32 = 0, nonmono = 0, over = 0;
+  double max_ulp = 0;
+  for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci) {
+    const float c = caps[ci];
+    for (long j = 0; j < (long)(300000 * scale); ++j) {
+      /* logits on +-8 c (most of the curve), some far out and some tiny */
+      float l = (float)(16.0 * c * (fxUnif01(&s) - 0.5));
+      if (j % 10 == 1) l = (float)(c * ldexp(fxUnif01(&s), (int)(fxSplitmix(&s) % 40) - 30));
+      if (j % 10 == 2) l = -(float)ldexp(1.0 + fxUnif01(&s), (int)(fxSplitmix(&s) % 250) - 125);
+      const float got = dpsSampleSoftCap(l, c);
+      const float want = (float)((double)c * tanh((double)l / (double)c));
+      const float f32 = c * tanhf(l / c);
+      ++n;
+      if (got != want) {
+        ++differ;
+        const double u = fabs((double)got - (double)want) / ulpf(want);
+        if (u > max_ulp) max_ulp = u;
+      }
+      differ_f32 += got != f32;
+      over += !(fabsf(got) <= c);
+      /* monotone: the next float up never caps lower */
+      nonmono += dpsSampleSoftCap(nextafterf(l, INFINITY), c) < got;
+    }
+  }
+  CHECK(max_ulp <= 1.0, "soft-cap: %.3g fp32 ulp from fp32(c * libm tanh(l / c)) (bound 1)",
+        max_ulp);
+  CHECK(differ <= n / 100000, "soft-cap: %ld of %ld differ from fp32(c * libm tanh(l / c))",
+        differ, n);
+  CHECK(over == 0 && nonmono == 0, "soft-cap: %ld values beyond c, %ld decreasing steps", over,
+        nonmono);
+  /* specials: NaN and +-inf unchanged (our rule), +-0 kept, saturation at c */
+  CHECK(isnan(dpsSampleSoftCap(NAN, 30.0f)) && dpsSampleSoftCap(INFINITY, 30.0f) == INFINITY &&
+            dpsSampleSoftCap(-INFINITY, 30.0f) == -INFINITY,
+        "soft-cap of NaN / +-inf changed");
+  CHECK(dpsSampleSoftCap(0.0f, 30.0f) == 0.0f && signbit(dpsSampleSoftCap(-0.0f, 30.0f)),
+        "soft-cap of +-0");
+  CHECK(dpsSampleSoftCap(1e30f, 30.0f) == 30.0f && dpsSampleSoftCap(-FLT_MAX, 30.0f) == -30.0f,
+        "soft-cap saturation: %a %a", dpsSampleSoftCap(1e30f, 30.0f),
+        dpsSampleSoftCap(-FLT_MAX, 30.0f));
+  printf("soft-cap fp32: %ld points, %ld differ from fp32(c * libm tanh(l / c)) (max %.0f ulp), "
+         "%ld (%.1f %%) from c * tanhf(l / c) in fp32; monotone, |cap| <= c; %.2f s\n",
+         n, differ, max_ulp, differ_f32, 100.0 * (double)differ_f32 / (double)n,
+         (double)(clock() - c0) / CLOCKS_PER_SEC);
+}
+
 /* The mapping as docs/sampling.md states it, composed from the raw Philox. */
 static double docGumbel(uint64_t seed, uint64_t offset, int64_t index) {
   const uint64_t i = (uint64_t)index;
@@ -197,8 +300,8 @@ static void testMapping(void) {
   /* the helpers are the documented composition */
   uint64_t s = 7;
   for (int j = 0; j < 20000; ++j) {
-    const uint64_t seed = splitmix(&s), offset = splitmix(&s) >> (j % 64);
-    const int64_t index = (int64_t)(splitmix(&s) >> (1 + j % 63));
+    const uint64_t seed = fxSplitmix(&s), offset = fxSplitmix(&s) >> (j % 64);
+    const int64_t index = (int64_t)(fxSplitmix(&s) >> (1 + j % 63));
     const double a = dpsSampleGumbel(seed, offset, index), b = docGumbel(seed, offset, index);
     if (memcmp(&a, &b, sizeof a) != 0) {
       CHECK(0, "dpsSampleGumbel(%llx, %llx, %lld) = %.17g, the documented mapping %.17g",
@@ -537,6 +640,119 @@ static void testFilters(void) {
             "invalid parameters %d accepted by the distribution", j);
     }
   }
+  /* the soft-cap (spec 1, 4): l means c * tanh(l / c) everywhere */
+  {
+    /* min-p: diffs 0, -3, -4, -7 keep only index 0 at min_p 0.1 (log =
+     * -2.303); capped at c = 2 (1.928, 0.924, 0, -1.810): diffs 0, -1.004,
+     * -1.928, -3.738 keep 0, 1, 2 */
+    const float r[4] = {4, 1, 0, -3};
+    fxSampleParams p = params(4);
+    p.min_p = 0.1f;
+    EXPECT("min-p 0.1, no cap", r, 4, p, 0);
+    p.softcap = 2.0f;
+    EXPECT("min-p 0.1, cap 2", r, 4, p, 0, 1, 2);
+    /* top-p: p = .870, .043, .043, .043 keep only 0 at 0.8; capped at 2
+     * (1.810, 0, 0, 0): p = .671, .110, .110, .110, masses before 0, .671,
+     * .780, .890: 0, 1, 2 */
+    const float t[4] = {3, 0, 0, 0};
+    fxSampleParams q = params(4);
+    q.top_p = 0.8f;
+    EXPECT("top-p 0.8, no cap", t, 4, q, 0);
+    q.softcap = 2.0f;
+    EXPECT("top-p 0.8, cap 2", t, 4, q, 0, 1, 2);
+    /* the argmax: 35 and 40 both cap to 1.0f at c = 1 (tanh 35 and tanh 40
+     * round to 1): a tie, the lower index wins (greedy and top-1); every
+     * probability 1/2 */
+    const float g[2] = {35, 40};
+    fxSampleParams gp = params(2);
+    gp.temperature = 0.0f;
+    EXPECT("greedy, no cap", g, 2, gp, 1);
+    gp.softcap = 1.0f;
+    EXPECT("greedy, cap 1: the tie goes to index 0", g, 2, gp, 0);
+    fxSampleParams kp = params(2);
+    kp.top_k = 1;
+    kp.softcap = 1.0f;
+    EXPECT("top-1, cap 1", g, 2, kp, 0);
+    kp.top_k = 0;
+    double prob[4];
+    int64_t nk, tok;
+    float lp;
+    fxRefSampleDist(g, 2, &kp, prob, NULL, &nk);
+    CHECK(prob[0] == 0.5 && prob[1] == 0.5, "cap 1: p = %g %g, want 1/2 each", prob[0], prob[1]);
+    /* the probabilities (over K = {0, 1, 2}) and the logprob of the capped
+     * values */
+    fxRefSampleDist(t, 4, &q, prob, NULL, &nk);
+    const double c0v = (double)dpsSampleSoftCap(3.0f, 2.0f);
+    CHECK(fabs(prob[0] - exp(c0v) / (exp(c0v) + 2.0)) < 1e-15 && fabs(c0v - 2 * tanh(1.5)) < 1e-6,
+          "cap 2: p0 = %.17g (capped logit %.9g)", prob[0], c0v);
+    const float h[4] = {4, 1, NAN, -INFINITY};
+    fxSampleParams hp = params(4);
+    hp.temperature = 0.0f;
+    hp.softcap = 2.0f;
+    fxRefSampleToken(h, 4, &hp, 0, 0, &tok, &lp);
+    const double cap4 = (double)dpsSampleSoftCap(4.0f, 2.0f), cap1 = (double)dpsSampleSoftCap(1.0f, 2.0f);
+    const double want_lp = cap4 - log(exp(cap4) + exp(cap1));
+    CHECK(tok == 0 && fabs(lp - (float)want_lp) <= 1e-6f,
+          "cap 2: token %lld logprob %.9g, want 0, %.9g (NaN and -inf stay out of A)",
+          (long long)tok, lp, want_lp);
+    /* NaN and -inf stay out of A under the cap (our rule; the formula would
+     * make -inf a candidate at -c); +inf keeps the +inf rule */
+    hp.temperature = 1.0f;
+    EXPECT("cap 2: NaN, -inf out of A", h, 4, hp, 0, 1);
+    const float inf[3] = {1, INFINITY, 2};
+    fxSampleParams ip = params(3);
+    ip.softcap = 2.0f;
+    EXPECT("cap 2: +inf stays the token", inf, 3, ip, 1);
+    /* a cap far above the logits changes nothing: c = 1e6 leaves every
+     * |l| <= 8 bit for bit (l - c tanh(l / c) < l^3 / 3c^2: at most 2.2e-11
+     * of l, far below half an fp32 ulp, 6e-8 of l), and c = 1e3 moves each
+     * score by less than d = 8^3 / (3c^2 T), each probability by less than a
+     * factor exp(2d) */
+    uint64_t s = 5;
+    float z[100];
+    for (int i = 0; i < 100; ++i) z[i] = (float)(16.0 * (fxUnif01(&s) - 0.5));
+    fxSampleParams a = params(100), b = params(100);
+    a.temperature = b.temperature = 0.7f;
+    a.top_k = b.top_k = 30;
+    a.top_p = b.top_p = 0.9f;
+    b.softcap = 1e6f;
+    double pa[100], pb[100];
+    unsigned char ka[100], kb[100];
+    int64_t na, nb;
+    fxRefSampleDist(z, 100, &a, pa, ka, &na);
+    fxRefSampleDist(z, 100, &b, pb, kb, &nb);
+    int same = na == nb && memcmp(ka, kb, sizeof ka) == 0 && memcmp(pa, pb, sizeof pa) == 0;
+    for (uint64_t o = 0; o < 200 && same; ++o) {
+      int64_t ta, tb;
+      float la, lb;
+      fxRefSampleToken(z, 100, &a, 11, o, &ta, &la);
+      fxRefSampleToken(z, 100, &b, 11, o, &tb, &lb);
+      same = ta == tb && la == lb;
+    }
+    CHECK(same, "cap 1e6 changed the kept set, the probabilities or a token");
+    b.softcap = 1e3f;
+    fxRefSampleDist(z, 100, &b, pb, kb, &nb);
+    double worst = 0;
+    for (int i = 0; i < 100; ++i)
+      if (pa[i] > 0) worst = fmax(worst, fabs(pb[i] / pa[i] - 1));
+    const double d = 512.0 / (3e6 * 0.7), bound = expm1(2 * d) + 1e-9;
+    CHECK(na == nb && memcmp(ka, kb, sizeof ka) == 0 && worst < bound,
+          "cap 1e3: |K| %lld / %lld, probabilities %.3g relative apart (bound %.3g)",
+          (long long)na, (long long)nb, worst, bound);
+    /* invalid caps */
+    fxSampleParams bad = params(2);
+    const float badc[3] = {-1.0f, NAN, INFINITY};
+    for (int j = 0; j < 3; ++j) {
+      bad.softcap = badc[j];
+      int64_t tk = 12345;
+      CHECK(fxRefSampleToken(g, 2, &bad, 0, 0, &tk, &lp) == -1 && tk == 12345,
+            "soft-cap %g accepted", badc[j]);
+    }
+    printf("soft-cap: changes the min-p and top-p kept sets and the argmax (saturation ties) as "
+           "derived; logprob of the capped row; c = 1e6 no effect, c = 1e3 moves probabilities "
+           "by %.2g relative (bound %.2g)\n",
+           worst, bound);
+  }
   printf("filters: hand-made rows give their hand-derived kept sets\n");
 }
 
@@ -598,61 +814,16 @@ static void testDeterminism(const float* row, int64_t V) {
 }
 
 /* ---- 5. chi-square ----------------------------------------------------------- */
-/* Regularized upper incomplete gamma Q(a, x) (Numerical Recipes' gser/gcf):
- * the chi-square survival function is Q(df/2, chi2/2). */
-static double gammaQ(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double lg = a * log(x) - x - lgamma(a);
-  if (x < a + 1) { /* series for P, Q = 1 - P (not small here) */
-    double ap = a, del = 1.0 / a, sum = del;
-    for (int n = 0; n < 100000; ++n) {
-      ap += 1;
-      del *= x / ap;
-      sum += del;
-      if (fabs(del) < fabs(sum) * 1e-16) break;
-    }
-    return 1.0 - sum * exp(lg);
-  }
-  /* continued fraction for Q (modified Lentz) */
-  const double tiny = 1e-300;
-  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
-  for (int i = 1; i < 100000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (fabs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (fabs(c) < tiny) c = tiny;
-    d = 1 / d;
-    const double del = d * c;
-    h *= del;
-    if (fabs(del - 1) < 1e-16) break;
-  }
-  return exp(lg) * h;
-}
-static double chi2Survival(double chi2, int df) { return df > 0 ? gammaQ(df / 2.0, chi2 / 2.0) : 1.0; }
-
-/* z with P(|Z| > z) = alpha (two-sided), by bisection on erfc */
-static double zTwoSided(double alpha) {
-  double lo = 0, hi = 40;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = (lo + hi) / 2;
-    if (erfc(mid / sqrt(2.0)) > alpha) lo = mid;
-    else hi = mid;
-  }
-  return (lo + hi) / 2;
-}
-
 static void testChi2Function(void) {
   /* textbook 5 % critical values, and df = 2 where Q = exp(-x/2) */
-  CHECK(fabs(chi2Survival(3.841458820694124, 1) - 0.05) < 1e-9, "chi2 df 1");
-  CHECK(fabs(chi2Survival(18.307038053275146, 10) - 0.05) < 1e-9, "chi2 df 10");
-  CHECK(fabs(chi2Survival(124.34211340400408, 100) - 0.05) < 1e-9, "chi2 df 100");
-  CHECK(fabs(chi2Survival(200.0, 100) / 1.1784500720979422e-8 - 1) < 1e-9, "chi2 df 100 tail");
-  CHECK(fabs(chi2Survival(20.0, 2) / exp(-10.0) - 1) < 1e-9, "chi2 df 2 tail");
-  CHECK(fabs(chi2Survival(200.0, 2) / exp(-100.0) - 1) < 1e-9, "chi2 df 2 far tail");
-  CHECK(chi2Survival(0.0, 5) == 1.0, "chi2 at 0");
-  CHECK(fabs(zTwoSided(0.05) - 1.959963984540054) < 1e-9, "z 5 %%");
+  CHECK(fabs(fxChi2Survival(3.841458820694124, 1) - 0.05) < 1e-9, "chi2 df 1");
+  CHECK(fabs(fxChi2Survival(18.307038053275146, 10) - 0.05) < 1e-9, "chi2 df 10");
+  CHECK(fabs(fxChi2Survival(124.34211340400408, 100) - 0.05) < 1e-9, "chi2 df 100");
+  CHECK(fabs(fxChi2Survival(200.0, 100) / 1.1784500720979422e-8 - 1) < 1e-9, "chi2 df 100 tail");
+  CHECK(fabs(fxChi2Survival(20.0, 2) / exp(-10.0) - 1) < 1e-9, "chi2 df 2 tail");
+  CHECK(fabs(fxChi2Survival(200.0, 2) / exp(-100.0) - 1) < 1e-9, "chi2 df 2 far tail");
+  CHECK(fxChi2Survival(0.0, 5) == 1.0, "chi2 at 0");
+  CHECK(fabs(fxZTwoSided(0.05) - 1.959963984540054) < 1e-9, "z 5 %%");
 }
 
 #define P_REJECT 1e-6  /* the pooled chi-square rejects below this p-value */
@@ -693,7 +864,7 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
             (long long)t2, (long long)t);
     }
   }
-  /* K by expected count, largest first */
+  /* K by probability, largest first */
   int64_t n = 0;
   for (int64_t i = 0; i < V; ++i)
     if (kept[i]) order[n++] = i;
@@ -708,31 +879,22 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
   r.nk = nk;
   r.pmax = n > 0 ? prob[order[0]] : 0;
   r.plo = r.pmax;
-  double pool_e = 0, pool_o = 0, last_e = 0, last_o = 0;
-  int have_last = 0;
+  double* pk = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof *pk);
+  int64_t* ck = (int64_t*)calloc((size_t)(n > 0 ? n : 1), sizeof *ck);
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t i = order[j];
-    const double e = (double)N * prob[i], o = (double)count[i];
-    if (prob[i] >= P_BIG) {
+    pk[j] = prob[order[j]];
+    ck[j] = count[order[j]];
+    if (pk[j] >= P_BIG) {
       ++r.nbig;
-      r.plo = prob[i];
-    }
-    if (e >= 5) {
-      if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-      last_e = e, last_o = o, have_last = 1;
-    } else {
-      pool_e += e, pool_o += o;
+      r.plo = pk[j];
     }
   }
-  if (pool_e >= 5 || !have_last) { /* the pool is a bin of its own */
-    if (have_last) r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-    if (pool_e > 0) r.chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, ++r.bins;
-  } else { /* too small: merged into the smallest individual bin */
-    last_e += pool_e, last_o += pool_o;
-    r.chi2 += (last_o - last_e) * (last_o - last_e) / last_e, ++r.bins;
-  }
-  r.pvalue = chi2Survival(r.chi2, (int)r.bins - 1);
-  r.zcrit = zTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
+  const fxChi2Result c = fxChi2Pooled(pk, ck, n, N);
+  free(pk), free(ck);
+  r.chi2 = c.chi2;
+  r.bins = c.bins;
+  r.pvalue = c.pvalue;
+  r.zcrit = fxZTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
   for (int64_t j = 0; j < n; ++j) {
     const int64_t i = order[j];
     if (prob[i] < P_BIG) continue;
@@ -747,10 +909,7 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
 /* Draws needed for a relative error REL_ERR at probability q to fail the
  * z-test 95 % of the time: the shift REL_ERR q N must be (zcrit + 1.645)
  * standard deviations sqrt(N q (1 - q)). */
-static double drawsFor(double q, double zcrit) {
-  const double c = (zcrit + Z_POWER) / REL_ERR;
-  return c * c * (1 - q) / q;
-}
+static double drawsFor(double q, double zcrit) { return fxDrawsFor(q, zcrit, REL_ERR, Z_POWER); }
 typedef struct {
   const char* name;
   const float* row;
@@ -810,20 +969,12 @@ static void testChiSquare(const chiCase* cases, int ncases, const chiCase* bugca
 }
 
 int main(void) {
-  const char* sc = getenv("DPS_SAMPLE_CHI2_SCALE");
-  if (sc != NULL && *sc != '\0') {
-    char* end;
-    const double v = strtod(sc, &end);
-    if (*end != '\0' || !(v > 0 && v <= 1)) {
-      fprintf(stderr, "DPS_SAMPLE_CHI2_SCALE=%s: want a number in (0, 1]\n", sc);
-      return 2;
-    }
-    g_scale = v;
-    printf("DPS_SAMPLE_CHI2_SCALE=%g: fewer draws and log points\n", g_scale);
-  }
+  if (fxSampleScaleFromEnv(&g_scale) != 0) return 2;
+  if (g_scale < 1) printf("DPS_SAMPLE_CHI2_SCALE=%g: fewer draws and log points\n", g_scale);
   const clock_t c0 = clock();
   testPhilox();
   testLog();
+  testTanh();
   testMapping();
   testFilters();
 
@@ -834,7 +985,7 @@ int main(void) {
   int perm[V1];
   for (int i = 0; i < V1; ++i) perm[i] = i;
   for (int i = V1 - 1; i > 0; --i) {
-    const int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
+    const int j = (int)(fxSplitmix(&s) % (uint64_t)(i + 1));
     const int t = perm[i];
     perm[i] = perm[j];
     perm[j] = t;
@@ -842,13 +993,13 @@ int main(void) {
   /* realistic: a Zipf-like row (p ~ (1 + rank)^-1.5, ranks scattered over
    * the indices, a little jitter), with NaN and -inf entries */
   for (int i = 0; i < V1; ++i)
-    r1[i] = (float)(6.0 - 1.5 * log(1.0 + perm[i]) + 0.1 * (unif01(&s) - 0.5));
+    r1[i] = (float)(6.0 - 1.5 * log(1.0 + perm[i]) + 0.1 * (fxUnif01(&s) - 0.5));
   r1[17] = r1[64] = r1[100] = NAN;
   r1[33] = r1[90] = -INFINITY;
   /* realistic: Gaussian logits (sd 2.5) */
   for (int i = 0; i < V2; ++i) {
     double z = 0;
-    for (int u = 0; u < 4; ++u) z += unif01(&s);
+    for (int u = 0; u < 4; ++u) z += fxUnif01(&s);
     r2[i] = (float)(2.5 * (z - 2.0) * sqrt(3.0));
   }
   for (int i = 0; i < VF; ++i) f64[i] = 1.25f;
@@ -882,8 +1033,8 @@ int main(void) {
   testChiSquare(cases, nc, bugcase, bugs, &chi_sec);
 
   const double total = (double)(clock() - c0) / CLOCKS_PER_SEC;
-  if (fails) {
-    fprintf(stderr, "test_sample_ref: %d checks failed\n", fails);
+  if (fxExpectFailed) {
+    fprintf(stderr, "test_sample_ref: %d checks failed\n", fxExpectFailed);
     return 1;
   }
   printf("test_sample_ref: passed (chi-square part %.1f s, total %.1f s CPU)\n", chi_sec, total);

@@ -43,6 +43,16 @@ __global__ void rngCheckKernel(int mode, const void* in, void* out, long long n,
         ((rngScalarOut*)out)[j] = o;
         break;
       }
+      case RNG_CHECK_TANH: { /* in: rngTanhIn; out: rngTanhOut */
+        const rngTanhIn a = ((const rngTanhIn*)in)[j];
+        rngTanhOut o;
+        o.tanh = dpsTanhDet(a.x);
+        o.expm1 = dpsExpm1Det(a.y);
+        o.capped = dpsSampleSoftCap(a.logit, a.cap);
+        o.pad = 0;
+        ((rngTanhOut*)out)[j] = o;
+        break;
+      }
       default:
         break;
     }

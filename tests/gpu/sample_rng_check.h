@@ -10,7 +10,8 @@ enum {
   RNG_CHECK_GUMBEL_RANGE = 1, /* G of x0 + j * stride */
   RNG_CHECK_MAPPING = 2,      /* Philox of raw words; x and G of (seed, offset, index) */
   RNG_CHECK_LOG = 3,          /* dpsLogDet */
-  RNG_CHECK_SCALAR = 4        /* score, key, min-p decision, log(min_p) */
+  RNG_CHECK_SCALAR = 4,       /* score, key, min-p decision, log(min_p) */
+  RNG_CHECK_TANH = 5          /* dpsTanhDet, dpsExpm1Det, dpsSampleSoftCap */
 };
 
 typedef struct {
@@ -35,6 +36,17 @@ typedef struct {
   int minp, pad;
   double log_min_p;
 } rngScalarOut;
+
+typedef struct {
+  double x, y; /* tanh(x); expm1(y), y in [0, 44) */
+  float logit, cap;
+} rngTanhIn;
+
+typedef struct {
+  double tanh, expm1;
+  float capped;
+  int pad;
+} rngTanhOut;
 
 #ifdef __cplusplus
 extern "C" {

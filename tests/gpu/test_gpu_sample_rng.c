@@ -2,14 +2,18 @@
  * the Gumbel noise G(x) of x on a stride over all 2^32 values (every x with
  * DPS_SAMPLE_RNG_EXHAUSTIVE=1), Philox4x32-10 on raw words and the mapping
  * (seed, offset, index) -> x, G on random and edge inputs, dpsLogDet on
- * random bit patterns (subnormals, specials), and the fp32 score, the key
- * and the min-p decision. Exits 77 (skipped) without a GPU.
+ * random bit patterns (subnormals, specials), the fp32 score, the key and
+ * the min-p decision, and the soft-cap's dpsTanhDet, dpsExpm1Det and
+ * dpsSampleSoftCap (added without a GPU at hand: compiled, not yet run).
+ * Exits 77 (skipped) without a GPU.
  *
  * Needs only the CUDA runtime: besides the CMake target it builds alone, e.g.
  *   nvcc -O3 -arch=sm_90 -Isrc/core -Itests/gpu -c tests/gpu/sample_rng_check.cu
- *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -I$CUDA/include -c tests/gpu/test_gpu_sample_rng.c
+ *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -Itests/fixtures -I$CUDA/include -c \
+ *     tests/gpu/test_gpu_sample_rng.c
  *   nvcc sample_rng_check.o test_gpu_sample_rng.o -o t -lpthread */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,20 +23,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check.h"
 #include "sample_rng.h"
 #include "sample_rng_check.h"
 
-static int fails = 0;
-
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fprintf(stderr, "\n");                                                    \
-      ++fails;                                                                  \
-    }                                                                           \
-  } while (0)
+#define CHECK FX_EXPECT
 
 #define CUDA_OK(call)                                                           \
   do {                                                                          \
@@ -252,6 +247,51 @@ static void checkScalars(long long n) {
   free(out);
 }
 
+/* The soft-cap's functions: dpsTanhDet on random bit patterns (subnormals,
+ * specials, the range where it is not +-1 or x), dpsExpm1Det on [0, 44),
+ * dpsSampleSoftCap on logits around the cap and specials. */
+static void checkTanh(long long n) {
+  uint64_t s = 14;
+  static const float caps[] = {30.0f, 50.0f, 1.0f, 0.37f, 1e4f, 1e-20f, 15.0f, 3.0f};
+  rngTanhIn* in = (rngTanhIn*)malloc((size_t)n * sizeof *in);
+  for (long long j = 0; j < n; ++j) {
+    uint64_t b = splitmix(&s);
+    if (j % 4 == 1) b = (b & 0x800FFFFFFFFFFFFFull) | ((0x3E0ull + (b >> 52) % 0x44) << 52);
+    memcpy(&in[j].x, &b, sizeof b); /* j % 4 == 1: |x| in [2^-31, 2^37) */
+    in[j].y = 44.0 * (double)(splitmix(&s) >> 11) * 0x1p-53;
+    in[j].cap = caps[j % 8];
+    in[j].logit = (float)(16.0 * in[j].cap * ((double)(splitmix(&s) >> 11) * 0x1p-53 - 0.5));
+  }
+  const uint64_t specials[] = {0, 0x8000000000000000ull, 0x7FF0000000000000ull,
+                               0xFFF0000000000000ull, 0x7FF8000000000000ull, 1ull,
+                               0x3E40000000000000ull /* 2^-27 */, 0x4036000000000000ull /* 22 */};
+  for (size_t k = 0; k < sizeof specials / sizeof specials[0]; ++k)
+    memcpy(&in[k].x, &specials[k], sizeof(double));
+  const float lspecial[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -3e38f, 1e-40f};
+  for (size_t k = 0; k < sizeof lspecial / sizeof lspecial[0]; ++k) in[k].logit = lspecial[k];
+  rngTanhOut* out = (rngTanhOut*)devRun(RNG_CHECK_TANH, in, sizeof *in, sizeof *out, n);
+  long long bad_t = 0, bad_e = 0, bad_c = 0;
+  for (long long j = 0; j < n; ++j) {
+    const double t = dpsTanhDet(in[j].x), e = dpsExpm1Det(in[j].y);
+    const float c = dpsSampleSoftCap(in[j].logit, in[j].cap);
+    const int bt = !(t != t && out[j].tanh != out[j].tanh) && memcmp(&t, &out[j].tanh, sizeof t);
+    const int be = memcmp(&e, &out[j].expm1, sizeof e) != 0;
+    const int bc =
+        !(c != c && out[j].capped != out[j].capped) && memcmp(&c, &out[j].capped, sizeof c);
+    if ((bt || be || bc) && bad_t + bad_e + bad_c == 0)
+      fprintf(stderr, "tanh %lld: tanh(%a) %a / %a, expm1(%a) %a / %a, cap(%a, %a) %a / %a\n", j,
+              in[j].x, t, out[j].tanh, in[j].y, e, out[j].expm1, in[j].logit, in[j].cap, c,
+              out[j].capped);
+    bad_t += bt, bad_e += be, bad_c += bc;
+  }
+  CHECK(bad_t + bad_e + bad_c == 0, "of %lld: %lld tanh, %lld expm1, %lld soft-caps differ", n,
+        bad_t, bad_e, bad_c);
+  printf("dpsTanhDet, dpsExpm1Det, dpsSampleSoftCap: %lld inputs, host == device: %s\n", n,
+         bad_t + bad_e + bad_c == 0 ? "yes" : "NO");
+  free(in);
+  free(out);
+}
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -263,8 +303,9 @@ int main(void) {
   checkMapping(1 << 20);
   checkLog(1 << 22);
   checkScalars(1 << 22);
-  if (fails) {
-    fprintf(stderr, "test_gpu_sample_rng: %d checks failed\n", fails);
+  checkTanh(1 << 22);
+  if (fxExpectFailed) {
+    fprintf(stderr, "test_gpu_sample_rng: %d checks failed\n", fxExpectFailed);
     return 1;
   }
   printf("test_gpu_sample_rng: host and device agree bit for bit\n");
