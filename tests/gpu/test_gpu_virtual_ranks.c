@@ -28,7 +28,10 @@
  * is not asserted: the environment asks for it, and DPSAMPLING_DEBUG=INFO
  * logs what each rank agreed. CUDA_DEVICE_MAX_CONNECTIONS is raised
  * to 32 and the ranks' streams are created one after another, so that no
- * two ranks' streams share a hardware queue (vr/vr_harness.c says why).
+ * two ranks' streams share a hardware queue (vr/vr_harness.c says why);
+ * DPS_VR_CONNECTIONS=1 forces one shared queue, and then the PDL-off swap
+ * configurations time out every time (seen on one H200: tp=8 onesided
+ * shapes, 8 failures, docs/validation.md).
  *
  * Scenarios, every value checked against the fixtures' host reference:
  *  shapes    fp32/bf16/fp16, V/tp in {1, 7, 33, 1001, 152064/tp}, N in
