@@ -32,8 +32,6 @@
 
 #define NP_WIN_ROUND ((size_t)2 << 20) /* windows are whole 2 MiB granules */
 
-static size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 static int npReachable(dpsComm_t comm) { return dpsOnesidedReachable(comm->nccl); }
 
 /* Host all-gather over NCCL (a device buffer on a private stream). */
@@ -160,7 +158,7 @@ static dpsResult_t symPrecheck(void* base, const char* what) {
 static dpsResult_t npSymAlloc(dpsComm_t comm, dpsSymMem* m, size_t bytes, const char* what) {
   (void)comm;
   memset(m, 0, sizeof *m);
-  const size_t size = roundUp(bytes ? bytes : 1, NP_WIN_ROUND);
+  const size_t size = dpsRoundUp(bytes ? bytes : 1, NP_WIN_ROUND);
   ncclResult_t nr = ncclMemAlloc(&m->base, size);
   if (nr != ncclSuccess) {
     m->base = NULL;

@@ -7,7 +7,6 @@
 #include "kernels/select_kernels.h"
 #include "select_plan.h"
 
-static size_t planRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static int clampGrid(uint64_t want, int cap) {
   if (want < 1) return 1;
@@ -17,7 +16,7 @@ static int clampGrid(uint64_t want, int cap) {
 dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->max_reqs = L->max_pad_bs / L->tp;
   /* the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
-  L->close_bytes = planRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
+  L->close_bytes = dpsRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
 
   /* window A */
   const int64_t lineVals =
@@ -27,17 +26,17 @@ dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->cap_out = ((int64_t)L->max_reqs * (2 * (int64_t)L->n + 1) + lineVals - 1) / lineVals;
   L->cap_lp = ((int64_t)L->max_reqs * L->n + lineVals - 1) / lineVals;
   const size_t flags = DPS_OS_FLAG_WORDS(L->tp, L->maxb) * 8u;
-  L->off_fail = planRoundUp(flags, 256);
-  L->off_gout = L->off_fail + planRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
+  L->off_fail = dpsRoundUp(flags, 256);
+  L->off_gout = L->off_fail + dpsRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
   L->off_glp =
-      L->off_gout + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
+      L->off_gout + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
   /* argmax / top-k candidates: LL lines of two words */
   const int64_t selRows = (int64_t)L->max_pad_bs * L->n;
   L->cap_am = selRows * (DPS_ARGMAX_WORDS / 2);
   L->cap_tk = selRows * L->max_topk;
   L->off_am =
-      L->off_glp + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
-  L->off_tk = L->off_am + planRoundUp(2u * (size_t)L->tp * (size_t)L->cap_am * 16u, 256);
+      L->off_glp + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
+  L->off_tk = L->off_am + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_am * 16u, 256);
   L->bytes_a = L->off_tk + 2u * (size_t)L->tp * (size_t)L->cap_tk * 16u;
   return dpsSuccess;
 }
@@ -51,7 +50,7 @@ dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize) {
   const uint64_t llMax = L->ll_bytes < chunk ? L->ll_bytes : chunk;
   L->esize = esize;
   L->cap_sw = (int64_t)((llMax + 7) / 8);
-  L->off_swll = planRoundUp((size_t)outBytes, 256);
+  L->off_swll = dpsRoundUp((size_t)outBytes, 256);
   L->bytes_b = L->off_swll + 2u * (size_t)L->tp * (size_t)L->cap_sw * 16u;
   return dpsSuccess;
 }

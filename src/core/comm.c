@@ -145,14 +145,8 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r) {
   return (dpsResult_t)expected;
 }
 
-/* A communicator that never became usable (creation failed): every rank
- * failed together, so nothing collective is owed; free it at once. */
-void dpsCommFreeUnused(dpsComm_t comm) {
-  if (comm == NULL) return;
-  dpsCommFreeNow(comm);
-}
-
-dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
+/* Fixes the logits dtype: the backend's prepare (collective). */
+static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
   comm->dtype = dtype;
   dpsResult_t r = comm->ops->prepare(comm);
   if (r != dpsSuccess) {
@@ -223,7 +217,7 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   }
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {
-    res = dpsCommPrepareDtype(comm, config->logits_dtype);
+    res = prepareDtype(comm, config->logits_dtype);
     if (res != dpsSuccess) goto fail;
   }
   dpsLog(DPS_LOG_INFO,
@@ -237,7 +231,8 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   *out = comm;
   return dpsSuccess;
 fail:
-  dpsCommFreeUnused(comm);
+  /* every rank failed together, so nothing collective is owed: free it now */
+  dpsCommFreeNow(comm);
   return res;
 }
 
@@ -532,7 +527,7 @@ dpsResult_t dpsCommPrepare(dpsComm_t comm, dpsDataType_t dtype) {
   if (comm->dtype != dpsDtypeUnset) return dpsSuccess; /* the communicator keeps its dtype */
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, "prepare_verify_outputs", NULL, &x));
-  dpsResult_t r = dpsCommPrepareDtype(comm, dtype);
+  dpsResult_t r = prepareDtype(comm, dtype);
   dpsDeviceLeave(&x.g); /* no work on a caller's stream to note */
   return r;
 }
@@ -566,7 +561,7 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                       "dpsCommPrepare(%s) or run one swap before capturing a CUDA graph",
                       op, dpsDataTypeName(dtype));
     else
-      r = dpsCommPrepareDtype(comm, dtype);
+      r = prepareDtype(comm, dtype);
   }
   if (r == dpsSuccess) r = comm->ops->swap(comm, &sh, in, stream);
   dpsOpLeave(comm, &x, r);

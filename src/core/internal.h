@@ -55,6 +55,9 @@ void dpsDeviceCodeNote(char* buf, size_t size);
     if (r_ != dpsSuccess) return r_;                                                  \
   } while (0)
 
+/* x rounded up to a multiple of a (a > 0). */
+static inline size_t dpsRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
 /* ---- logging (core/log.c): DPSAMPLING_DEBUG=INFO|WARN ------------------- */
 enum { DPS_LOG_NONE = 0, DPS_LOG_WARN = 1, DPS_LOG_INFO = 2 };
 int dpsLogLevel(void);
@@ -277,11 +280,8 @@ dpsResult_t dpsCommHealth(dpsComm_t comm);
 /* The backend's, then the group's asynchronous error (non-blocking). */
 dpsResult_t dpsCommAsyncError(dpsComm_t comm);
 
-/* Creation's steps (core/comm.c): the effective timeout, fixing the dtype
- * (backend prepare), and freeing a communicator that never became usable. */
+/* The effective one-sided timeout of a config (core/comm.c). */
 dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
-dpsResult_t dpsCommPrepareDtype(dpsComm_t comm, dpsDataType_t dtype);
-void dpsCommFreeUnused(dpsComm_t comm);
 
 /* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
 dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,

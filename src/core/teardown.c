@@ -158,7 +158,7 @@ void dpsCommFreeNow(dpsComm_t comm) {
     (void)cudaStreamWaitEvent(comm->aux, comm->work_done, 0);
   if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
   /* Not closed (or closed without reaching this step): no collective now. */
-  if (comm->prov) comm->prov->finish(comm, 1);
+  comm->prov->finish(comm, 1);
   if (comm->work_done) (void)cudaEventDestroy(comm->work_done);
   if (comm->aux) (void)cudaStreamDestroy(comm->aux); /* its queued frees still run */
   (void)cudaGetLastError();
