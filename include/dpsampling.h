@@ -390,6 +390,88 @@ DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, in
                     dpsDataType_t dtype, int k, int64_t vocab_limit, void* values,
                     int64_t* indices, struct CUstream_st* stream);
 
+/* ---- Sampling without moving the logits ------------------------------------
+ * dpsSample draws one token per row from the rows' vocab shards: every rank
+ * passes its own [rows, V/tp] shard of the same rows and every rank gets every
+ * row's token (and optionally its raw logprob). Only a fixed-size record per
+ * row crosses the ranks. The distribution, the noise and the rules are
+ * docs/sampling.md; in short, per row:
+ *  - temperature T == 0: greedy (the argmax, ties to the lower index); else
+ *    the filters in vLLM's order, on the scores l/T: min-p (keep
+ *    exp((l - l_max)/T) >= min_p), top-k (exactly the first k in the order
+ *    value descending, index ascending: indices tied with the k-th value are
+ *    cut by index, where vLLM keeps them all), top-p (the smallest prefix of
+ *    that order whose mass reaches top_p);
+ *  - the token is argmax over the kept set of l/T + G, G a Gumbel variate from
+ *    Philox4x32-10 keyed by the row's seed and counting over (offset, global
+ *    index): exact in distribution, the same token at every tp, on both
+ *    backends, whatever the batch around the row, bit for bit on every call;
+ *    a user can recompute it on the host (docs/sampling.md);
+ *  - logprob: the raw log_softmax of the row at the token (no temperature, no
+ *    filters); NaN counts as -inf; a row with nothing valid yields token 0 and
+ *    logprob -inf; global indices >= vocab_limit never take part.
+ * Parameters: a scalar for every row, or a device array [rows] (non-NULL
+ * array wins). Scalars are checked at the call; arrays on the device, by the
+ * call's first kernel: a call with an invalid array entry writes nothing
+ * (tokens and logprobs keep their contents), is counted in
+ * dpsSampleStats_t.invalid_calls, and dpsCommGetSampleStats names the first
+ * such row, argument and value. Valid: 0 <= T < inf (0: greedy), top_k any
+ * (<= 0: off), 0 < top_p <= 1 (1: off), 0 <= min_p < 1 (0: off), seed and
+ * offset any uint64.
+ * Paths: a row is drawn in one pass and one exchange when its kept set lies
+ * within DPS_SAMPLE_CANDIDATES candidates per rank or needs no threshold
+ * (greedy, temperature only, top-k <= DPS_SAMPLE_CANDIDATES, nuclei and min-p
+ * sets of that size); any other row is drawn exactly by a threshold search
+ * (more passes and exchanges); dpsCommGetSampleStats counts both.
+ * Same contract as dpsArgmax otherwise (shapes, alignment, dtype, stream
+ * order, no allocation or host synchronization, capturable with every
+ * parameter array changing between replays, dpsTimeout for a dead peer on
+ * onesided). Requires V < 2^24. */
+#define DPS_SAMPLE_CANDIDATES 64
+
+typedef struct {
+  size_t size; /* sizeof(dpsSampleParams_t); set by the initializer */
+  /* Scalars, for every row whose array below is NULL. */
+  float temperature; /* 1 */
+  int64_t top_k;     /* 0: off */
+  float top_p;       /* 1: off */
+  float min_p;       /* 0: off */
+  uint64_t seed;     /* 0 */
+  uint64_t offset;   /* 0 */
+  /* Device arrays [rows] (NULL: the scalar). top_k: int32 or int64 (at most
+   * one of the two). seed and offset: the uint64 bits (an int64 tensor's). */
+  const float* temperatures;
+  const int32_t* top_ks;
+  const int64_t* top_ks_i64;
+  const float* top_ps;
+  const float* min_ps;
+  const uint64_t* seeds;
+  const uint64_t* offsets;
+} dpsSampleParams_t;
+
+#define DPS_SAMPLE_PARAMS_INITIALIZER \
+  { sizeof(dpsSampleParams_t), 1.0f, 0, 1.0f, 0.0f, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/* tokens: int64 [rows] (required); logprobs: fp32 [rows] (NULL: not wanted). */
+DPS_API dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                              dpsDataType_t dtype, int64_t vocab_limit,
+                              const dpsSampleParams_t* params, int64_t* tokens, float* logprobs,
+                              struct CUstream_st* stream);
+
+/* Counters of the rows dpsSample drew on this communicator, by path. Reading
+ * them waits for the sampling work already enqueued on any stream to finish
+ * (a copy on the communicator's own stream): not for the hot path, and not
+ * while another thread captures in cudaStreamCaptureModeGlobal. When
+ * invalid_calls > 0, dpsGetLastError() afterwards names the first invalid row,
+ * argument and value seen since the previous read. */
+typedef struct {
+  uint64_t rows_greedy; /* T == 0, or nothing valid in the row */
+  uint64_t rows_fast;   /* one pass, one exchange */
+  uint64_t rows_exact;  /* the threshold search */
+  uint64_t invalid_calls;
+} dpsSampleStats_t;
+DPS_API dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats);
+
 /* ------------------------------------------------------------------------- */
 /* Replaceable collectives (nccl backend)                                     */
 

@@ -8,8 +8,9 @@
  * index i: int64 >= 0):
  *
  *   key     = { (uint32)s, (uint32)(s >> 32) }
- *   counter = { (uint32)i, (uint32)(i >> 32), (uint32)o, (uint32)(o >> 32) }
- *   x       = word 0 of Philox4x32-10(counter, key)          (Random123)
+ *   q       = i >> 2                     (one Philox call serves 4 indices)
+ *   counter = { (uint32)q, (uint32)(q >> 32), (uint32)o, (uint32)(o >> 32) }
+ *   x       = word (i & 3) of Philox4x32-10(counter, key)    (Random123)
  *   U       = (x + 0.5) * 2^-32                               (double, exact)
  *   G       = -dpsLogDet(-dpsLogDet(U))                       (double)
  *   score   = l_i / T                                  (fp32, round to nearest)
@@ -164,15 +165,24 @@ DPS_RNG_HD void dpsPhilox4x32_10(const uint32_t ctr[4], const uint32_t key[2], u
   out[3] = c3;
 }
 
-/* x of (seed, offset, index): word 0 of Philox4x32-10 with the mapping above. */
+/* The Philox counter of (offset, index): one call serves the four indices
+ * 4q .. 4q+3 (q = index >> 2), index & 3 picking the word. */
+DPS_RNG_HD void dpsSampleCounter(uint64_t offset, int64_t index, uint32_t ctr[4]) {
+  const uint64_t q = (uint64_t)index >> 2;
+  ctr[0] = (uint32_t)q;
+  ctr[1] = (uint32_t)(q >> 32);
+  ctr[2] = (uint32_t)offset;
+  ctr[3] = (uint32_t)(offset >> 32);
+}
+
+/* x of (seed, offset, index): word (index & 3) of Philox4x32-10 with the mapping above. */
 DPS_RNG_HD uint32_t dpsSampleBits(uint64_t seed, uint64_t offset, int64_t index) {
-  const uint64_t i = (uint64_t)index;
-  const uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)offset,
-                           (uint32_t)(offset >> 32)};
+  uint32_t ctr[4];
+  dpsSampleCounter(offset, index, ctr);
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   uint32_t out[4];
   dpsPhilox4x32_10(ctr, key, out);
-  return out[0];
+  return out[(uint64_t)index & 3u];
 }
 
 /* ---- exact IEEE-754 operations, never contracted --------------------------- */
