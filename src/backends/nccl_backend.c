@@ -3,13 +3,16 @@
  * all-gather + unpack; logprobs = one all-gather straight into the output.
  * Every buffer is allocated at init/prepare for max_pad_bs; the operations
  * only enqueue work on the caller's stream (graph capturable). */
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "provider.h"
 #include "registry.h"
 #include "kernels/nccl_kernels.h"
+#include "kernels/sample_kernels.h"
 #include "select_plan.h"
 
 typedef struct {
@@ -47,6 +50,7 @@ static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const
 static void nbDestroy(dpsComm_t comm) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
   dpsFreeVerifyOutputs(comm);
+  dpsFreeSampleScratch(comm);
   nbFree(comm, &comm->swap_out);
   if (st != NULL) {
     nbFree(comm, (void**)&st->pack_send);
@@ -77,6 +81,7 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   comm->backend_state = st;
 
   if ((r = dpsAllocVerifyOutputs(comm)) != dpsSuccess ||
+      (r = dpsAllocSampleScratch(comm)) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
     nbDestroy(comm);
@@ -84,8 +89,10 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   }
   /* argmax / top-k */
   size_t b_sel_send = 0, b_sel_recv = 0;
+  /* the buffers also carry the records steps (nbRecords) */
   const int topk_words = dpsSelWords(comm->config.max_topk);
-  const int words = topk_words > DPS_ARGMAX_WORDS ? topk_words : DPS_ARGMAX_WORDS;
+  int words = topk_words > DPS_ARGMAX_WORDS ? topk_words : DPS_ARGMAX_WORDS;
+  if (words < DPS_REC_MAX_WORDS) words = DPS_REC_MAX_WORDS;
   st->sel_rows = (int64_t)(max_bs * n);
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, 1, "selection candidates", &b_sel_send));
   DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
@@ -123,6 +130,26 @@ static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   dpsSelPlanMerge(call, tp, 0, &m);
   m.gathered = st->sel_recv;
   return dpsSelLaunchMerge(&m, call->k, stream);
+}
+
+/* A records step: the local pass into the candidates buffer, one
+ * all-gather, the merge. */
+static dpsResult_t nbRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream) {
+  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
+  if (op->rows > st->sel_rows || op->words > DPS_REC_MAX_WORDS)
+    return dpsSetError(dpsInternalError, "%s: %" PRId64 " rows x %d words exceed the buffers",
+                       op->name, op->rows, op->words);
+  dpsRecSink sink;
+  memset(&sink, 0, sizeof sink);
+  sink.kind = DPS_REC_PLAIN;
+  sink.plain = st->sel_send;
+  DPS_CHECK(op->local(op, &sink, stream));
+  const size_t bytes = (size_t)op->rows * (size_t)op->words * sizeof(uint32_t);
+  DPS_CHECK(nbAllGatherBytes(comm, st->sel_send, st->sel_recv, bytes, stream));
+  dpsRecSource src;
+  memset(&src, 0, sizeof src);
+  src.gathered = st->sel_recv;
+  return op->merge(op, &src, stream);
 }
 
 static dpsResult_t nbPrepare(dpsComm_t comm) {
@@ -237,6 +264,7 @@ static dpsResult_t nbPreload(void) {
   cudaError_t e = dpsPreloadSwapPermute();
   if (e == cudaSuccess) e = dpsPreloadVerifyPack();
   if (e == cudaSuccess) e = dpsPreloadSelectKernels();
+  if (e == cudaSuccess) e = dpsPreloadSampleKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -258,4 +286,5 @@ const dpsBackendOps dpsNcclBackendOps = {
     .preload = nbPreload,
     .close = NULL, /* nothing collective beyond the NCCL communicator (the core's) */
     .select = nbSelect,
+    .records = nbRecords,
 };

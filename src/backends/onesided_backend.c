@@ -42,6 +42,7 @@
 #include "kernels/onesided_kernels.h"
 #include "onesided_plan.h"
 #include "select_plan.h"
+#include "kernels/sample_kernels.h"
 
 #define OS_DEFAULT_LL_BYTES (256u * 1024u)
 #define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
@@ -80,6 +81,9 @@ static const char* opName(int op) {
     case DPS_OS_OP_SWAP: return "swap_batch_vocab";
     case DPS_OS_OP_GATHER_OUTPUTS: return "gather_verify_outputs";
     case DPS_OS_OP_GATHER_LOGPROBS: return "gather_verify_logprobs";
+    case DPS_OS_OP_ARGMAX: return "argmax";
+    case DPS_OS_OP_TOPK: return "topk";
+    case DPS_OS_OP_RECORDS: return "sample";
     default: return "operation";
   }
 }
@@ -199,6 +203,7 @@ static void osDestroy(dpsComm_t comm) {
   comm->prov->sym_free(comm, &st->a);
   dpsDeviceFree(comm, &st->outputs);
   dpsFreeVerifyOutputs(comm);
+  dpsFreeSampleScratch(comm);
   dpsDeviceFree(comm, (void**)&st->dstate);
   if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
@@ -352,6 +357,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   /* verify outputs (plain device memory) and window A */
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsAllocVerifyOutputs(comm));
+  DPS_CHECK(dpsAllocSampleScratch(comm));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
   dpsSelPlanInit(&st->sel_waves);
   st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
@@ -558,10 +564,42 @@ static dpsResult_t osSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStrea
   return r;
 }
 
+/* A records step: the local pass stores every row's record as LL lines
+ * into every rank's records staging, the merge polls its own (timeout as
+ * the gathers). */
+static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream) {
+  OsState* st = (OsState*)comm->backend_state;
+  const dpsOsLayout* L = &st->lay;
+  if (op->rows * (op->words / 2) > L->cap_rec || op->words > DPS_REC_MAX_WORDS)
+    return dpsSetError(dpsInternalError, "%s: %lld rows x %d words exceed the staging", op->name,
+                       (long long)op->rows, op->words);
+  dpsRecSink sink;
+  memset(&sink, 0, sizeof sink);
+  sink.kind = DPS_REC_LL;
+  sink.c = st->common;
+  sink.op = DPS_OS_OP_RECORDS;
+  sink.cap = L->cap_rec;
+  for (int r = 0; r < L->tp; ++r) sink.stage_peer.p[r] = st->va.peer[r] + L->off_rec;
+  DPS_CHECK(op->local(op, &sink, stream));
+  dpsRecSource src;
+  memset(&src, 0, sizeof src);
+  src.ll = 1;
+  src.c = st->common;
+  src.op = DPS_OS_OP_RECORDS;
+  src.stage = st->va.base + L->off_rec;
+  src.cap = L->cap_rec;
+  dpsResult_t r = op->merge(op, &src, stream);
+  /* without its merge this step's records stay unread while the next step
+   * overwrites the other parity: the ranks would no longer pair steps */
+  if (r != dpsSuccess) (void)dpsCommMarkFailed(comm, r);
+  return r;
+}
+
 static dpsResult_t osPreload(void) {
   cudaError_t e = dpsOsPreloadSwapKernels();
   if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
   if (e == cudaSuccess) e = dpsPreloadSelectKernels();
+  if (e == cudaSuccess) e = dpsPreloadSampleKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -583,4 +621,5 @@ const dpsBackendOps dpsOnesidedBackendOps = {
     .preload = osPreload,
     .close = osClose,
     .select = osSelect,
+    .records = osRecords,
 };

@@ -37,7 +37,9 @@ dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->off_am =
       L->off_glp + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
   L->off_tk = L->off_am + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_am * 16u, 256);
-  L->bytes_a = L->off_tk + 2u * (size_t)L->tp * (size_t)L->cap_tk * 16u;
+  L->cap_rec = selRows * (DPS_REC_MAX_WORDS / 2);
+  L->off_rec = L->off_tk + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_tk * 16u, 256);
+  L->bytes_a = L->off_rec + 2u * (size_t)L->tp * (size_t)L->cap_rec * 16u;
   return dpsSuccess;
 }
 

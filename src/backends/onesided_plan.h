@@ -18,6 +18,7 @@
  *             (lines of the gather protocol: LL 16 B, LL128 128 B)
  *    [am]     argmax candidates [2][tp][cap_am] LL lines (2 per row)
  *    [tk]     top-k candidates  [2][tp][cap_tk] LL lines (max_topk per row)
+ *    [rec]    records steps     [2][tp][cap_rec] LL lines (DPS_REC_MAX_WORDS / 2 per row)
  *  window B (prepare, once the dtype is fixed), symmetric:
  *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
  *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
@@ -62,6 +63,8 @@ typedef struct {
   size_t off_fail, off_gout, off_glp;
   int64_t cap_am, cap_tk;      /* argmax / top-k staging lines per (parity, src) */
   size_t off_am, off_tk;
+  int64_t cap_rec;             /* records staging lines per (parity, src) */
+  size_t off_rec;
   size_t bytes_a;              /* window A bytes before the allocation's rounding */
   /* derived by dpsOsLayoutPrepare */
   size_t esize;

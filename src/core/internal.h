@@ -10,6 +10,7 @@
 
 #include "dpsampling.h"
 #include "layout.h"
+#include "kernels/records.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,6 +106,20 @@ typedef struct dpsSelectCall {
   const void* logits;
 } dpsSelectCall;
 
+/* One step of a shard reduction through the backend (kernels/records.h):
+ * local(op, sink) writes `words` per row for `rows` rows, the backend moves
+ * them, merge(op, src) reads every rank's. tp > 1 only. */
+typedef struct dpsRecOp {
+  const char* name;
+  int64_t rows;
+  int words; /* even, at most DPS_REC_MAX_WORDS */
+  dpsResult_t (*local)(const struct dpsRecOp* op, const dpsRecSink* sink, cudaStream_t stream);
+  dpsResult_t (*merge)(const struct dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream);
+  void* ctx;
+} dpsRecOp;
+/* The record capacity the backends size their buffers for (per row). */
+#define DPS_REC_MAX_WORDS 154
+
 typedef struct dpsBackendOps {
   const char* name;
   /* At creation, after the core filled in comm: allocate what does not depend
@@ -141,6 +156,8 @@ typedef struct dpsBackendOps {
   int (*close)(dpsComm_t comm, int failed);
   /* dpsArgmax / dpsTopK (core/select.c checked the call). May be NULL. */
   dpsResult_t (*select)(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream);
+  /* A records step (dpsRecOp) over the group; NULL: the backend has none. */
+  dpsResult_t (*records)(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream);
 } dpsBackendOps;
 
 /* The registry (backends/registry.c): one entry per resolved backend. */
@@ -189,7 +206,10 @@ struct dpsComm {
   int32_t* accept_index_out;    /* [max_pad_bs, N] */
   int32_t* accept_length_out;   /* [max_pad_bs]    */
   float* logprobs_out;          /* [max_pad_bs, N] */
-
+  /* dpsSample's scratch (core/sample.c): state, partial records, tickets,
+   * counters; the SM count for its row split. */
+  void* sample_mem;
+  int sample_sms;
 
   /* Teardown (core/teardown.c). */
   cudaStream_t aux;       /* internal stream: allocations, frees, the close exchange */
@@ -235,6 +255,26 @@ void dpsDeviceFree(dpsComm_t comm, void** p);
  * accept_length_out, logprobs_out): one allocation (layout.h), made by the
  * backend's init through this, freed by dpsFreeVerifyOutputs. */
 dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
+/* Argument checks shared by the shard reductions (core/select.c): the
+ * logits of a call (fills call's logits, rows, dtype, vocab_limit), and an
+ * output buffer (NULL allowed unless required; aligned to `align`). */
+dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
+                              int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
+                              dpsSelectCall* call);
+dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
+                              int required);
+/* Argument checks shared by the shard reductions (core/select.c): the
+ * logits of a call (fills call's logits, rows, dtype, vocab_limit), and an
+ * output buffer (NULL allowed unless required; aligned to `align`). */
+dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
+                              int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
+                              dpsSelectCall* call);
+dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
+                              int required);
+/* dpsSample's scratch (core/sample.c), allocated by every backend's init
+ * and freed by its destroy. */
+dpsResult_t dpsAllocSampleScratch(dpsComm_t comm);
+void dpsFreeSampleScratch(dpsComm_t comm);
 void dpsFreeVerifyOutputs(dpsComm_t comm);
 /* Called by every operation after its backend call succeeded: records
  * work_done (uncaptured) or remembers the capture (captured). */

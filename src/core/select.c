@@ -5,8 +5,9 @@
 
 #include "internal.h"
 
-/* Checks shared by both operations; fills `call` (not k). */
-static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
+/* Checks shared by the shard reductions (argmax, top-k, sample); fills
+ * `call` (not k). */
+dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
                                int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
                                dpsSelectCall* call) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
@@ -37,8 +38,8 @@ static dpsResult_t checkSelect(dpsComm_t comm, const char* op, const void* logit
   return dpsSuccess;
 }
 
-static dpsResult_t checkOut(const char* op, const char* name, const void* p, size_t align,
-                            int required) {
+dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
+                              int required) {
   if (p == NULL) {
     if (required) return dpsSetError(dpsInvalidArgument, "%s: %s is NULL", op, name);
     return dpsSuccess;
@@ -67,10 +68,10 @@ dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t 
                       float* lse, cudaStream_t stream) {
   static const char* op = "argmax";
   dpsSelectCall call = {0};
-  DPS_CHECK(checkSelect(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
-  DPS_CHECK(checkOut(op, "value", value, dpsDataTypeSize(dtype), 0));
-  DPS_CHECK(checkOut(op, "index", index, 8, 1));
-  DPS_CHECK(checkOut(op, "lse", lse, 4, 0));
+  DPS_CHECK(dpsCheckShardCall(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
+  DPS_CHECK(dpsCheckOutBuffer(op, "value", value, dpsDataTypeSize(dtype), 0));
+  DPS_CHECK(dpsCheckOutBuffer(op, "index", index, 8, 1));
+  DPS_CHECK(dpsCheckOutBuffer(op, "lse", lse, 4, 0));
   call.k = 0;
   call.index = index;
   call.value = value;
@@ -83,15 +84,15 @@ dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, int64_t co
                     int64_t* indices, cudaStream_t stream) {
   static const char* op = "topk";
   dpsSelectCall call = {0};
-  DPS_CHECK(checkSelect(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
+  DPS_CHECK(dpsCheckShardCall(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
   const int kmax = comm->config.max_topk;
   if (k < 1 || k > kmax || (int64_t)k > vocab_limit)
     return dpsSetError(dpsInvalidArgument,
                        "%s: k=%d must be in [1, min(max_topk=%d, vocab_limit=%" PRId64 ")]%s", op,
                        k, kmax, vocab_limit,
                        kmax == 0 ? " (created with max_topk=0: no top-k buffers)" : "");
-  DPS_CHECK(checkOut(op, "values", values, dpsDataTypeSize(dtype), 0));
-  DPS_CHECK(checkOut(op, "indices", indices, 8, 1));
+  DPS_CHECK(dpsCheckOutBuffer(op, "values", values, dpsDataTypeSize(dtype), 0));
+  DPS_CHECK(dpsCheckOutBuffer(op, "indices", indices, 8, 1));
   call.k = k;
   call.index = indices;
   call.value = values;

@@ -38,7 +38,8 @@ enum {
   DPS_OS_OP_GATHER_LOGPROBS = 2,
   DPS_OS_OP_ARGMAX = 3, /* kernels/select.cu */
   DPS_OS_OP_TOPK = 4,
-  DPS_OS_NUM_OPS = 5
+  DPS_OS_OP_RECORDS = 5, /* records steps (records.h): dpsSample */
+  DPS_OS_NUM_OPS = 6
 };
 
 /* What a timed-out kernel was waiting for. */
@@ -64,9 +65,9 @@ enum {
 
 /* Local (not symmetric) device state, zeroed at creation. */
 typedef struct {
-  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op (swap, select) */
+  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op */
   unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
-  unsigned int pad_[3];
+  unsigned int pad_[2];
   unsigned long long err;                   /* first failure wins (atomicCAS) */
   /* gathers: epochs claimed by block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b]
    * (claimBlockEpoch) */

@@ -1,0 +1,292 @@
+/* dpsSample and dpsCommGetSampleStats: the argument checks, the steps (at
+ * tp == 1 one kernel; else records steps through the backend, see
+ * kernels/sample_kernels.h) and the scratch they share. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kernels/sample_kernels.h"
+#include "provider.h"
+
+/* ---- scratch ---------------------------------------------------------------------- */
+typedef struct {
+  size_t state, partial, tickets, counters, bytes;
+} ScratchLayout;
+
+static int64_t maxRows(dpsComm_t comm) {
+  return (int64_t)comm->config.max_pad_bs * comm->config.num_tokens_per_req;
+}
+
+static ScratchLayout scratchLayout(dpsComm_t comm) {
+  ScratchLayout L;
+  const size_t rows = (size_t)maxRows(comm);
+  L.state = 0;
+  L.partial = dpsRoundUp(rows * DPS_SAMPLE_STATE_BYTES, 256);
+  L.tickets = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
+  L.counters = L.tickets + dpsRoundUp(rows * sizeof(unsigned int), 256);
+  L.bytes = L.counters + sizeof(dpsSampleCounters);
+  return L;
+}
+
+static dpsSampleScratch scratchOf(dpsComm_t comm) {
+  const ScratchLayout L = scratchLayout(comm);
+  char* b = (char*)comm->sample_mem;
+  dpsSampleScratch s;
+  s.state = b + L.state;
+  s.partial = (uint32_t*)(b + L.partial);
+  s.tickets = (unsigned int*)(b + L.tickets);
+  s.counters = (dpsSampleCounters*)(b + L.counters);
+  return s;
+}
+
+dpsResult_t dpsAllocSampleScratch(dpsComm_t comm) {
+  _Static_assert(DPS_SAMPLE_MAX_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
+  _Static_assert(DPS_SAMPLE_PSEARCH_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
+  if (comm->sample_mem != NULL) return dpsSuccess;
+  DPS_CUDA_CHECK(
+      cudaDeviceGetAttribute(&comm->sample_sms, cudaDevAttrMultiProcessorCount, comm->device));
+  return dpsDeviceAlloc(comm, &comm->sample_mem, scratchLayout(comm).bytes, "dpsSample's scratch");
+}
+
+void dpsFreeSampleScratch(dpsComm_t comm) { dpsDeviceFree(comm, &comm->sample_mem); }
+
+/* ---- arguments --------------------------------------------------------------------- */
+static dpsResult_t checkScalars(const char* op, const dpsSampleParams_t* p) {
+  if (!(p->temperature >= 0.f) || isinf(p->temperature))
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: params->temperature=%g must be finite and >= 0 (0: greedy)", op,
+                       (double)p->temperature);
+  if (!(p->top_p > 0.f && p->top_p <= 1.f))
+    return dpsSetError(dpsInvalidArgument, "%s: params->top_p=%g must be in (0, 1] (1: off)", op,
+                       (double)p->top_p);
+  if (!(p->min_p >= 0.f && p->min_p < 1.f))
+    return dpsSetError(dpsInvalidArgument, "%s: params->min_p=%g must be in [0, 1) (0: off)", op,
+                       (double)p->min_p);
+  return dpsSuccess;
+}
+
+static dpsResult_t checkArray(const char* op, const char* name, const void* p, size_t align) {
+  if (p != NULL && (uintptr_t)p % align != 0)
+    return dpsSetError(dpsInvalidArgument, "%s: params->%s=%p is not %zu-byte aligned", op, name,
+                       p, align);
+  return dpsSuccess;
+}
+
+static dpsResult_t checkParams(const char* op, const dpsSampleParams_t* p) {
+  if (p == NULL) return dpsSetError(dpsInvalidArgument, "%s: params is NULL", op);
+  if (p->size != sizeof(dpsSampleParams_t))
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: params->size=%zu, expected %zu: start from "
+                       "DPS_SAMPLE_PARAMS_INITIALIZER",
+                       op, p->size, sizeof(dpsSampleParams_t));
+  DPS_CHECK(checkScalars(op, p));
+  if (p->top_ks != NULL && p->top_ks_i64 != NULL)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: params->top_ks=%p and params->top_ks_i64=%p: give at most one", op,
+                       (const void*)p->top_ks, (const void*)p->top_ks_i64);
+  DPS_CHECK(checkArray(op, "temperatures", p->temperatures, 4));
+  DPS_CHECK(checkArray(op, "top_ks", p->top_ks, 4));
+  DPS_CHECK(checkArray(op, "top_ks_i64", p->top_ks_i64, 8));
+  DPS_CHECK(checkArray(op, "top_ps", p->top_ps, 4));
+  DPS_CHECK(checkArray(op, "min_ps", p->min_ps, 4));
+  DPS_CHECK(checkArray(op, "seeds", p->seeds, 8));
+  DPS_CHECK(checkArray(op, "offsets", p->offsets, 8));
+  return dpsSuccess;
+}
+
+static dpsSampleParamsDev devParams(const dpsSampleParams_t* p) {
+  dpsSampleParamsDev d;
+  memset(&d, 0, sizeof d);
+  d.temperatures = p->temperatures;
+  d.top_ks = p->top_ks;
+  d.top_ks_i64 = p->top_ks_i64;
+  d.top_ps = p->top_ps;
+  d.min_ps = p->min_ps;
+  d.seeds = p->seeds;
+  d.offsets = p->offsets;
+  d.temperature = p->temperature;
+  d.top_k = (long long)p->top_k;
+  d.top_p = p->top_p;
+  d.min_p = p->min_p;
+  d.seed = p->seed;
+  d.offset = p->offset;
+  d.any_array = p->temperatures || p->top_ks || p->top_ks_i64 || p->top_ps || p->min_ps ||
+                p->seeds || p->offsets;
+  return d;
+}
+
+/* ---- the steps --------------------------------------------------------------------- */
+static dpsResult_t launched(cudaError_t e, const char* kernel, int64_t rows) {
+  if (e == cudaSuccess) return dpsSuccess;
+  return dpsSetError(dpsCudaError, "sample: %s kernel launch (rows=%" PRId64 ") failed: %s",
+                     kernel, rows, cudaGetErrorString(e));
+}
+
+static dpsResult_t stepLocal(const dpsRecOp* op, const dpsRecSink* sink, cudaStream_t stream) {
+  dpsSampleArgs a = *(const dpsSampleArgs*)op->ctx;
+  a.sink = *sink;
+  return launched(dpsLaunchSampleLocal(&a, stream), "local", a.rows);
+}
+
+static dpsResult_t stepMerge(const dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream) {
+  dpsSampleArgs a = *(const dpsSampleArgs*)op->ctx;
+  a.src = *src;
+  return launched(dpsLaunchSampleMerge(&a, stream), "merge", a.rows);
+}
+
+/* Blocks per row of the first pass: more when few rows leave SMs idle, each
+ * block at least 4096 columns, the partial records within the scratch. */
+static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
+  const int64_t slots = 2 * (int64_t)(comm->sample_sms > 0 ? comm->sample_sms : 1);
+  for (int c = DPS_SAMPLE_MAX_CHUNKS; c > 1; --c)
+    if (rows * c <= slots && rows * c <= DPS_SAMPLE_MAX_PARTIALS && nvalid / c >= 4096) return c;
+  return 1;
+}
+
+static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
+                             int may_filter, cudaStream_t stream) {
+  if (comm->config.tp_size == 1) {
+    a->sink.kind = DPS_REC_FINAL;
+    return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
+  }
+  if (comm->ops->records == NULL)
+    return dpsSetError(dpsUnavailable, "sample: the %s backend cannot exchange records",
+                       comm->ops->name);
+  dpsRecOp op;
+  memset(&op, 0, sizeof op);
+  op.name = "sample";
+  op.rows = a->rows;
+  op.local = stepLocal;
+  op.merge = stepMerge;
+  op.ctx = a;
+  a->step = DPS_SAMPLE_STEP_FIRST;
+  a->words = op.words = DPS_SAMPLE_FIRST_WORDS(a->cand);
+  DPS_CHECK(comm->ops->records(comm, &op, stream));
+  a->chunks = 1;
+  if (may_topk)
+    for (int r = 0; r < DPS_SAMPLE_ROUNDS; ++r) {
+      a->step = DPS_SAMPLE_STEP_KSEARCH;
+      a->round = r;
+      a->words = op.words = DPS_SAMPLE_KSEARCH_WORDS;
+      DPS_CHECK(comm->ops->records(comm, &op, stream));
+    }
+  if (may_topp)
+    for (int r = 0; r < DPS_SAMPLE_ROUNDS; ++r) {
+      a->step = DPS_SAMPLE_STEP_PSEARCH;
+      a->round = r;
+      a->words = op.words = DPS_SAMPLE_PSEARCH_WORDS;
+      DPS_CHECK(comm->ops->records(comm, &op, stream));
+    }
+  if (may_filter) {
+    a->step = DPS_SAMPLE_STEP_RACE;
+    a->round = 0;
+    a->words = op.words = DPS_SAMPLE_RACE_WORDS;
+    DPS_CHECK(comm->ops->records(comm, &op, stream));
+  }
+  return dpsSuccess;
+}
+
+dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                      dpsDataType_t dtype, int64_t vocab_limit, const dpsSampleParams_t* params,
+                      int64_t* tokens, float* logprobs, cudaStream_t stream) {
+  static const char* op = "sample";
+  dpsSelectCall call;
+  memset(&call, 0, sizeof call);
+  DPS_CHECK(dpsCheckShardCall(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
+  if (comm->config.vocab_size > DPS_SAMPLE_VOCAB_MAX)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: vocab_size=%" PRId64 " is above %lld (the fixed-point masses' range)",
+                       op, comm->config.vocab_size, (long long)DPS_SAMPLE_VOCAB_MAX);
+  DPS_CHECK(checkParams(op, params));
+  DPS_CHECK(dpsCheckOutBuffer(op, "tokens", tokens, 8, 1));
+  DPS_CHECK(dpsCheckOutBuffer(op, "logprobs", logprobs, 4, 0));
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  if (comm->sample_mem == NULL)
+    return dpsSetError(dpsUnavailable, "%s: the %s backend has no sampling buffers", op,
+                       comm->ops->name);
+  DPS_CHECK(dpsCommHealth(comm));
+
+  const int tp = comm->config.tp_size;
+  dpsSampleArgs a;
+  memset(&a, 0, sizeof a);
+  a.logits = logits;
+  a.rows = rows;
+  a.cols = cols;
+  a.dtype = (int)dtype; /* 0 fp32, 1 bf16, 2 fp16 */
+  a.tp = tp;
+  a.rank = comm->config.rank;
+  a.col0 = (long long)a.rank * cols;
+  const int64_t nv = vocab_limit - a.col0;
+  a.nvalid = nv < 0 ? 0 : nv > cols ? cols : nv;
+  a.p = devParams(params);
+  const int may_topk = params->top_ks || params->top_ks_i64 || params->top_k > 0;
+  const int may_topp = params->top_ps || params->top_p < 1.f;
+  const int may_minp = params->min_ps || params->min_p > 0.f;
+  const int may_filter = may_topk || may_topp || may_minp;
+  a.cand = may_filter ? DPS_SAMPLE_CAND : 0;
+  a.want_logprob = logprobs != NULL;
+  a.tokens = tokens;
+  a.logprobs = logprobs;
+  a.s = scratchOf(comm);
+  a.chunks = firstChunks(comm, rows, a.nvalid);
+
+  dpsOpCtx x;
+  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  dpsResult_t r = runSample(comm, &a, may_topk, may_topp, may_filter, stream);
+  /* a step missing on one rank leaves the others' records unpaired */
+  if (r != dpsSuccess && tp > 1) (void)dpsCommMarkFailed(comm, r);
+  dpsOpLeave(comm, &x, r);
+  return r;
+}
+
+/* ---- counters ----------------------------------------------------------------------- */
+static const char* argName(int arg) {
+  switch (arg) {
+    case 1: return "temperatures";
+    case 2: return "top_ks";
+    case 3: return "top_ps";
+    case 4: return "min_ps";
+    default: return "a parameter";
+  }
+}
+
+dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
+  static const char* op = "sample stats";
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
+  if (stats == NULL) return dpsSetError(dpsInvalidArgument, "%s: stats is NULL", op);
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  memset(stats, 0, sizeof *stats);
+  if (comm->sample_mem == NULL) return dpsSuccess;
+  dpsDeviceGuard g;
+  DPS_CHECK(comm->prov->device->enter(comm, &g));
+  dpsSampleCounters c;
+  dpsSampleCounters* dc = scratchOf(comm).counters;
+  /* after the work enqueued so far (work_done), on the communicator's own stream */
+  cudaError_t e = comm->work_done ? cudaStreamWaitEvent(comm->aux, comm->work_done, 0) : cudaSuccess;
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&c, dc, sizeof c, cudaMemcpyDeviceToHost, comm->aux);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(comm->aux);
+  if (e == cudaSuccess && c.bad_seen == 1ull) /* reported once: the next invalid call is recorded */
+    e = cudaMemsetAsync(&dc->bad_seen, 0, sizeof dc->bad_seen, comm->aux);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(comm->aux);
+  dpsDeviceLeave(&g);
+  if (e != cudaSuccess)
+    return dpsSetError(dpsCudaError, "%s: reading the counters failed: %s", op,
+                       cudaGetErrorString(e));
+  stats->rows_greedy = c.rows_greedy;
+  stats->rows_fast = c.rows_fast;
+  stats->rows_exact = c.rows_exact;
+  stats->invalid_calls = c.invalid_calls;
+  if (c.bad_seen == 1ull) {
+    float v;
+    memcpy(&v, &c.bad_bits, sizeof v);
+    dpsSetError(dpsInvalidArgument,
+                "sample: params->%s[%lld]=%g is invalid (temperature finite >= 0, top_p in (0, 1], "
+                "min_p in [0, 1)); that call wrote nothing",
+                argName(c.bad_arg), c.bad_row, (double)v);
+  } else {
+    dpsClearError();
+  }
+  return dpsSuccess;
+}

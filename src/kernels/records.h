@@ -1,0 +1,49 @@
+/* Where a shard reduction's per-row records go, and where its merge reads
+ * them (host: the backends' records exchange; device: the kernels).
+ *
+ * A step of a shard reduction is a local pass that writes a fixed-size
+ * record of `words` 32-bit words per row (even), the backend's move of the
+ * records (nccl: one all-gather of a plain buffer; onesided: LL lines of two
+ * words stored into every rank's staging), and a merge that reads every
+ * rank's record of a row. The backend fills the sink and the source; the op
+ * fills everything else. */
+#ifndef DPS_RECORDS_H_
+#define DPS_RECORDS_H_
+
+#include <stdint.h>
+
+#include "kernels/onesided_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  DPS_REC_FINAL = 0, /* tp == 1: no exchange, the local pass finishes the op */
+  DPS_REC_PLAIN = 1, /* plain[row * words + w] (nccl: all-gathered) */
+  DPS_REC_LL = 2     /* LL lines into every rank's staging (onesided) */
+};
+
+typedef struct {
+  int kind;
+  uint32_t* plain;       /* DPS_REC_PLAIN: [rows][words] */
+  dpsOsCommon c;         /* DPS_REC_LL: epochs, error word, peers */
+  int op;                /* DPS_REC_LL: the epoch counter (DPS_OS_OP_*) */
+  dpsOsPeers stage_peer; /* DPS_REC_LL: every rank's staging */
+  long long cap;         /* DPS_REC_LL: lines per (parity, src) */
+} dpsRecSink;
+
+typedef struct {
+  int ll;                   /* 0: plain [tp][rows][words] in gathered */
+  const uint32_t* gathered;
+  dpsOsCommon c;            /* ll: epochs, error word, peers, timeout */
+  int op;
+  const char* stage;        /* ll: the local staging */
+  long long cap;
+} dpsRecSource;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPS_RECORDS_H_ */

@@ -1,0 +1,125 @@
+/* dpsSample: the kernels' interface (host: core/sample.c; device:
+ * kernels/sample.cu). docs/sampling.md is the design.
+ *
+ * Steps (each one local pass + one records exchange + one merge, see
+ * records.h; at tp == 1 only the first, whose local pass does everything):
+ *  FIRST   every rank reduces its shard of a row to a record: the maximum and
+ *          its index, the count of valid columns, the race winner over the
+ *          whole shard (rows without top-k and top-p), fixed-point sums of
+ *          exp for the logprob and for top-p, and the shard's best
+ *          DPS_SAMPLE_CAND (value, index) pairs (rows with a filter). The
+ *          merge draws every row it can prove from these (the fast path);
+ *          the others get a search state.
+ *  KSEARCH the top-k threshold of the remaining rows: a histogram of counts
+ *          over the next digit of the value's order key per round.
+ *  PSEARCH the top-p threshold: a histogram of fixed-point masses per round.
+ *  RACE    the Gumbel race over the kept set the searches found.
+ * Rows without a search state skip a step (no record moves for them). */
+#ifndef DPS_SAMPLE_KERNELS_H_
+#define DPS_SAMPLE_KERNELS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "dpsampling.h" /* DPS_SAMPLE_CANDIDATES */
+#include "kernels/records.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPS_SAMPLE_CAND DPS_SAMPLE_CANDIDATES
+/* The first record: a header, then DPS_SAMPLE_CAND packed (key, index) pairs
+ * (two words each) where the call may filter. */
+#define DPS_SAMPLE_HDR_WORDS 26
+#define DPS_SAMPLE_FIRST_WORDS(cand) (DPS_SAMPLE_HDR_WORDS + 2 * (cand))
+/* Search digits: 6 bits of the 32-bit order key per round (the last round 2). */
+#define DPS_SAMPLE_DIGIT_BITS 6
+#define DPS_SAMPLE_BINS 64
+#define DPS_SAMPLE_ROUNDS 6
+#define DPS_SAMPLE_KSEARCH_WORDS DPS_SAMPLE_BINS       /* u32 counts */
+#define DPS_SAMPLE_PSEARCH_WORDS (2 * DPS_SAMPLE_BINS) /* u64 masses */
+#define DPS_SAMPLE_RACE_WORDS 4
+#define DPS_SAMPLE_MAX_WORDS DPS_SAMPLE_FIRST_WORDS(DPS_SAMPLE_CAND)
+/* Per-row state between the steps, identical on every rank. */
+#define DPS_SAMPLE_STATE_BYTES 256
+/* Rows x chunks of the first pass that may split a row (partial records). */
+#define DPS_SAMPLE_MAX_PARTIALS 2048
+#define DPS_SAMPLE_MAX_CHUNKS 8
+/* The largest V: fixed-point sums of 2^40-scaled terms stay below 2^63. */
+#define DPS_SAMPLE_VOCAB_MAX (1ll << 23)
+
+enum {
+  DPS_SAMPLE_STEP_FIRST = 0,
+  DPS_SAMPLE_STEP_KSEARCH = 1,
+  DPS_SAMPLE_STEP_PSEARCH = 2,
+  DPS_SAMPLE_STEP_RACE = 3
+};
+
+/* The parameters as the kernels read them: an array (non-NULL) or the scalar. */
+typedef struct {
+  const float* temperatures;
+  const int32_t* top_ks;
+  const int64_t* top_ks_i64;
+  const float* top_ps;
+  const float* min_ps;
+  const uint64_t* seeds;
+  const uint64_t* offsets;
+  float temperature;
+  long long top_k;
+  float top_p;
+  float min_p;
+  unsigned long long seed, offset;
+  int any_array; /* some array is given: the kernels check the values */
+} dpsSampleParamsDev;
+
+/* Device counters (dpsCommGetSampleStats), and the first invalid entry. */
+typedef struct {
+  unsigned long long rows_greedy, rows_fast, rows_exact, invalid_calls;
+  unsigned long long bad_seen; /* 1 once bad_* hold an entry the host has not read */
+  long long bad_row;
+  int bad_arg; /* 1 temperature, 2 top_k, 3 top_p, 4 min_p */
+  uint32_t bad_bits; /* the value's bits (float) */
+} dpsSampleCounters;
+
+/* Scratch of a communicator (core/sample.c allocates it once). */
+typedef struct {
+  void* state;              /* [max rows] x DPS_SAMPLE_STATE_BYTES */
+  uint32_t* partial;        /* [DPS_SAMPLE_MAX_PARTIALS] x DPS_SAMPLE_MAX_WORDS */
+  unsigned int* tickets;    /* [max rows] */
+  dpsSampleCounters* counters;
+} dpsSampleScratch;
+
+typedef struct {
+  const void* logits; /* [rows, cols] of dtype */
+  long long rows, cols;
+  int dtype;          /* 0 fp32, 1 bf16, 2 fp16 */
+  long long col0;     /* global index of column 0 */
+  long long nvalid;   /* columns below the vocab limit */
+  int tp, rank;
+  int cand;           /* DPS_SAMPLE_CAND, or 0 when no row can filter */
+  int chunks;         /* blocks per row of the first pass (1..DPS_SAMPLE_MAX_CHUNKS) */
+  int want_logprob;
+  int step;           /* DPS_SAMPLE_STEP_* */
+  int round;          /* KSEARCH / PSEARCH: the digit round */
+  int words;          /* record words of this step */
+  dpsSampleParamsDev p;
+  int64_t* tokens;
+  float* logprobs;
+  dpsSampleScratch s;
+  dpsRecSink sink;
+  dpsRecSource src;
+  int pdl;
+} dpsSampleArgs;
+
+cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
+cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream);
+cudaError_t dpsPreloadSampleKernels(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DPS_SAMPLE_KERNELS_H_ */

@@ -1,0 +1,373 @@
+/* Device pieces shared by the shard reductions (kernels/select.cu,
+ * kernels/sample.cu): element loads and the row visitor, order keys and
+ * packed (key, index) pairs, the merge of sorted lists, and the exact top-k
+ * of a column range. Include from .cu files only. */
+#ifndef DPS_SHARD_REDUCE_CUH_
+#define DPS_SHARD_REDUCE_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace dpsshard {
+
+using u64 = unsigned long long;
+
+constexpr int TOPK_THREADS = 512;
+constexpr int TOPK_UNROLL = 4; /* vectors in flight per thread in the top-k passes */
+constexpr int SEL_CAND = 2048; /* candidates sorted in shared memory */
+constexpr uint32_t NO_INDEX = 0xffffffffu;
+constexpr uint32_t KEY_NONE = 0u; /* below every real key (key(-inf) = 0x007fffff) */
+constexpr float LOG2E = 1.4426950408889634f;
+
+__device__ __forceinline__ float loadValue(const void* base, long long i, int dtype) {
+  if (dtype == 1) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
+  if (dtype == 2) return __half2float(reinterpret_cast<const __half*>(base)[i]);
+  return reinterpret_cast<const float*>(base)[i];
+}
+
+__device__ __forceinline__ float noNan(float v) { return v != v ? -INFINITY : v; }
+
+/* 2^x (ex2.approx: -inf -> 0, NaN -> NaN). */
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* -0.0 counts as +0.0 (equal values: the lower index wins, as in argmax). */
+__device__ __forceinline__ uint32_t orderKey(float v) {
+  const uint32_t u = __float_as_uint(noNan(v) + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float keyValue(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* (key, index) pairs packed so that a larger u64 is better: key high, the
+ * index inverted low (lower index wins a tie). */
+__device__ __forceinline__ u64 packKI(uint32_t key, uint32_t idx) {
+  return ((u64)key << 32) | (u64)(~idx);
+}
+__device__ __forceinline__ uint32_t packedKey(u64 p) { return (uint32_t)(p >> 32); }
+__device__ __forceinline__ uint32_t packedIdx(u64 p) { return ~(uint32_t)p; }
+__device__ __forceinline__ float packedValue(u64 p) {
+  const uint32_t key = packedKey(p);
+  return key == KEY_NONE ? -INFINITY : keyValue(key);
+}
+
+__device__ __forceinline__ void storeValue(void* out, long long i, float v, int dtype) {
+  if (dtype == 1) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+  else if (dtype == 2) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+  else reinterpret_cast<float*>(out)[i] = v;
+}
+
+/* ---- the row visitor ------------------------------------------------------------ */
+/* Calls f.run<C>(j0, v) for every column of [from, to) of the row, each
+ * column in exactly one call of one thread, v[t] the value of column j0 + t:
+ * a scalar head up to 16-byte alignment (C = 1), 16-byte vectors (C = 4 for
+ * fp32, 8 for 16-bit dtypes; U in flight per thread), a scalar tail. */
+template <int DT, int U, typename F>
+__device__ __forceinline__ void forEachElemT(const char* rowp, long long from, long long to,
+                                             F& f) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  constexpr int per = 16 / esize;
+  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
+  long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
+  if (head > to - from) head = to - from;
+  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
+  const long long vfrom = from + head;
+  const long long nvec = (to - vfrom) / per;
+  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  for (long long i0 = threadIdx.x; i0 < nvec; i0 += (long long)blockDim.x * U) {
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = i0 + (long long)u * blockDim.x;
+      q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = i0 + (long long)u * blockDim.x;
+      if (i >= nvec) break;
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+      float v[per];
+#pragma unroll
+      for (int t = 0; t < per; ++t) {
+        if (DT == 0) {
+          v[t] = __uint_as_float(w[t]);
+        } else {
+          const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
+          v[t] = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h))
+                         : __half2float(__ushort_as_half(h));
+        }
+      }
+      f.template run<per>(vfrom + i * per, v);
+    }
+  }
+  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
+}
+
+/* U: vectors in flight per thread. */
+template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
+                                            long long to, F& f) {
+  if (dtype == 1) forEachElemT<1, U>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemT<2, U>(rowp, from, to, f);
+  else forEachElemT<0, U>(rowp, from, to, f);
+}
+
+/* Column range [from, to) of chunk `chunk` of `chunks` over n columns. */
+__device__ __forceinline__ void chunkRange(long long n, int chunks, int chunk, long long* from,
+                                           long long* to) {
+  const long long per = (n + chunks - 1) / chunks;
+  const long long f = (long long)chunk * per;
+  *from = f < n ? f : n;
+  *to = f + per < n ? f + per : n;
+}
+
+/* Bitonic sort of n (a power of two) packed pairs in shared memory, best first. */
+static __device__ void bitonicDesc(u64* v, int n) {
+  for (int size = 2; size <= n; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < n / 2; i += blockDim.x) {
+        const int lo = 2 * i - (i & (stride - 1));
+        const int hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const u64 x = v[lo], y = v[hi];
+        if ((x < y) == desc) {
+          v[lo] = y;
+          v[hi] = x;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+/* The place of entry j of list `src` among `nlists` sorted lists of k
+ * entries each (L[list * k + j], best first) merged into one order: its
+ * place in its own list plus the entries of every other list better than
+ * it; equal packs (only fillers) go by list. */
+__device__ __forceinline__ int mergePlace(const u64* L, int nlists, int k, int src, int j) {
+  const u64 me = L[src * k + j];
+  int place = j;
+  for (int o = 0; o < nlists; ++o) {
+    if (o == src) continue;
+    const u64* lo = L + o * k;
+    int l = 0, h = k;
+    while (l < h) {
+      const int mid = (l + h) >> 1;
+      const bool better = lo[mid] > me || (lo[mid] == me && o < src);
+      if (better) l = mid + 1;
+      else h = mid;
+    }
+    place += l;
+  }
+  return place;
+}
+
+__device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype) {
+  return orderKey(loadValue(rowp, j, dtype));
+}
+
+/* A thread's float maximum (NaN ignored: fmaxf). */
+struct MaxVisit {
+  float m;
+  template <int C>
+  __device__ __forceinline__ void run(long long, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) m = fmaxf(m, v[t]);
+  }
+};
+/* Collects the elements whose key is >= key(t) (STRICT: > key(t)), NaN
+ * counting as -inf, into cand: at most SEL_CAND of them (*count keeps
+ * counting past that). */
+template <bool STRICT>
+struct CollectVisit {
+  float t;
+  uint32_t tkey;
+  long long col0;
+  u64* cand;
+  int* count;
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+    float vm = noNan(v[0]);
+#pragma unroll
+    for (int u = 1; u < C; ++u) vm = fmaxf(vm, noNan(v[u]));
+    if (STRICT ? !(vm > t) : !(vm >= t)) return; /* the common case: nothing here */
+#pragma unroll
+    for (int u = 0; u < C; ++u) {
+      const uint32_t k = orderKey(v[u]);
+      if (STRICT ? k > tkey : k >= tkey) {
+        const int slot = atomicAdd(count, 1);
+        if (slot < SEL_CAND) cand[slot] = packKI(k, (uint32_t)(col0 + j0 + u));
+      }
+    }
+  }
+};
+
+/* Radix selection: histogram of the digit at `shift` of the keys matching
+ * `prefix` on `mask`. */
+struct RadixVisit {
+  uint32_t prefix, mask;
+  int shift;
+  int* hist;
+  template <int C>
+  __device__ __forceinline__ void run(long long, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const uint32_t key = orderKey(v[t]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+    }
+  }
+};
+
+/* Groups of threads whose maxima bound the k-th largest value: a power of
+ * two >= 2k (about 1.4 k elements pass the bound for real logits), at least
+ * a warp's worth. */
+__device__ __forceinline__ int topkGroups(int k) {
+  int g = 32;
+  while (g < 2 * k && g < TOPK_THREADS) g <<= 1;
+  return g;
+}
+
+static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
+                                 long long from, long long to, float thread_max, u64* sel);
+
+/* The k best of columns [from, to) of the row into sel[0..k), best first,
+ * fillers {KEY_NONE, NO_INDEX} after the last. Every thread calls it. */
+__device__ __forceinline__ void topkRange(int k, int dtype, long long col0, const char* rowp,
+                                          long long from, long long to, u64* sel) {
+  MaxVisit mx{-INFINITY};
+  forEachElem<TOPK_UNROLL>(rowp, dtype, from, to, mx);
+  topkRangeFromMax(k, dtype, col0, rowp, from, to, mx.m, sel);
+}
+
+/* topkRange after its first pass: thread_max is the float maximum (NaN
+ * ignored) of the elements this thread visits in forEachElem<TOPK_UNROLL>
+ * over [from, to) (another pass may compute it alongside its own work). */
+static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
+                                 long long from, long long to, float thread_max, u64* sel) {
+  __shared__ u64 s_cand[SEL_CAND];
+  __shared__ float s_max[TOPK_THREADS];
+  __shared__ int s_count;
+  __shared__ float s_thresh;
+  /* 1. group maxima (-inf for a group without elements); the k-th largest
+   * of them: the one with fewer than k maxima above it and at least k at or
+   * above it (every candidate writes the same value) */
+  MaxVisit mx{thread_max};
+  const int groups = topkGroups(k), gsize = TOPK_THREADS / groups;
+  for (int o = gsize >> 1; o > 0; o >>= 1) mx.m = fmaxf(mx.m, __shfl_xor_sync(0xffffffffu, mx.m, o));
+  if (threadIdx.x % gsize == 0) s_max[threadIdx.x / gsize] = mx.m;
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  if ((int)threadIdx.x < groups) {
+    const float me = s_max[threadIdx.x];
+    int gt = 0, ge = 0;
+#pragma unroll 16
+    for (int j = 0; j < groups; ++j) {
+      const float o = s_max[j];
+      gt += o > me;
+      ge += o >= me;
+    }
+    if (gt < k && ge >= k) s_thresh = me;
+  }
+  __syncthreads();
+  /* >= k elements are >= t (t = -inf: all of them, NaN included as -inf) */
+  const float t = s_thresh;
+
+  /* 2. collect the elements >= t */
+  CollectVisit<false> col{t, orderKey(t), col0, s_cand, &s_count};
+  forEachElem<TOPK_UNROLL>(rowp, dtype, from, to, col);
+  __syncthreads();
+  int count = s_count;
+  __syncthreads();
+
+  if (count > SEL_CAND) {
+    /* 3. many ties: the exact k-th key T by radix selection (8-bit digits,
+     * from the top), then every key > T and the lowest-index keys == T in
+     * index order */
+    __shared__ int s_hist[256];
+    __shared__ uint32_t s_digit;
+    __shared__ int s_need;
+    uint32_t prefix = 0, mask = 0;
+    if (threadIdx.x == 0) s_need = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
+      __syncthreads();
+      RadixVisit rv{prefix, mask, shift, s_hist};
+      forEachElem(rowp, dtype, from, to, rv);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int need = s_need, above = 0, d = 255;
+        for (; d > 0 && above + s_hist[d] < need; --d) above += s_hist[d];
+        s_digit = (uint32_t)d;
+        s_need = need - above;
+      }
+      __syncthreads();
+      prefix |= s_digit << shift;
+      mask |= 0xffu << shift;
+    }
+    const uint32_t T = prefix;
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    CollectVisit<true> gt{keyValue(T), T, col0, s_cand, &s_count};
+    forEachElem(rowp, dtype, from, to, gt);
+    __syncthreads();
+    int have = s_count; /* < k */
+    __syncthreads();
+    __shared__ int s_warp[TOPK_THREADS / 32];
+    for (long long base = from; base < to && have < k; base += blockDim.x) {
+      const long long j = base + threadIdx.x;
+      const bool eq = j < to && keyAt(rowp, j, dtype) == T;
+      const unsigned bal = __ballot_sync(0xffffffffu, eq);
+      const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+      if (lane == 0) s_warp[w] = __popc(bal);
+      __syncthreads();
+      int before = 0, total = 0;
+      for (int i = 0; i < (int)(blockDim.x >> 5); ++i) {
+        before += i < w ? s_warp[i] : 0;
+        total += s_warp[i];
+      }
+      const int pos = have + before + __popc(bal & ((1u << lane) - 1u));
+      if (eq && pos < k) s_cand[pos] = packKI(T, (uint32_t)(col0 + j));
+      __syncthreads();
+      have += total;
+    }
+    count = k;
+  }
+
+  /* the k best candidates, best first, fillers after the last one: by
+   * counting (packed pairs are distinct) when few, else a bitonic sort */
+  for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = packKI(KEY_NONE, NO_INDEX);
+  __syncthreads();
+  if (count <= TOPK_THREADS) {
+    if ((int)threadIdx.x < count) {
+      const u64 me = s_cand[threadIdx.x];
+      int above = 0;
+#pragma unroll 8
+      for (int j = 0; j < count; ++j) above += s_cand[j] > me;
+      if (above < k) sel[above] = me;
+    }
+  } else {
+    int m = 1;
+    while (m < count) m <<= 1;
+    for (int i = count + threadIdx.x; i < m; i += blockDim.x) s_cand[i] = packKI(KEY_NONE, NO_INDEX);
+    bitonicDesc(s_cand, m);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = s_cand[j];
+  }
+  __syncthreads();
+}
+
+}  // namespace dpsshard
+
+#endif /* DPS_SHARD_REDUCE_CUH_ */
