@@ -261,7 +261,7 @@ GT_FN int smpTopPCut(const float* row, int64_t V, const fxSampleParams* p, int64
 /* 1 when no prefix mass of (row, p) lies within SMP_BOUNDARY_REL of top_p:
  * every top-p decision is the same in any rounding that close. */
 GT_FN int smpTopPClear(const float* row, int64_t V, const fxSampleParams* p, int64_t* scratch) {
-  int64_t n, lo, hi;
+  int64_t n = 0, lo = 0, hi = 0;
   return smpTopPCut(row, V, p, scratch, &n, &lo, &hi) >= 0 && lo == hi;
 }
 
@@ -271,9 +271,10 @@ GT_FN int smpTopPClear(const float* row, int64_t V, const fxSampleParams* p, int
  * keeps (it then wins over any kept set between the two). */
 GT_FN int smpDrawClear(const float* row, int64_t V, const fxSampleParams* p, uint64_t seed,
                        uint64_t offset, int64_t* scratch) {
-  int64_t n, lo, hi;
+  int64_t n = 0, lo = 0, hi = 0;
   const int rc = smpTopPCut(row, V, p, scratch, &n, &lo, &hi);
-  if (rc <= 0 || lo == hi) return rc == 0 || lo == hi;
+  if (rc < 0) return 0;
+  if (rc == 0 || lo == hi) return 1;
   const int64_t w = fxRefSampleRace(row, p->temperature, scratch, hi, seed, offset);
   for (int64_t j = 0; j < lo; ++j)
     if (scratch[j] == w) return 1;
