@@ -832,24 +832,19 @@ static void testChi2Function(void) {
 #define REL_ERR 0.01   /* "a 1 % relative error" */
 #define Z_POWER 1.6449 /* one-sided 95 %: a shift of z_crit + 1.645 sigma fails 95 % of the time */
 
-typedef struct {
-  int64_t N, nk, bins, nbig, outside;
-  double chi2, pvalue, zmax, zcrit, pmax, plo;
-} chiResult;
+typedef fxSampleCheck chiResult;
 
 /* Draws N tokens of (row, p) with seed and offsets 0..N-1 through the token
- * path and compares their counts with fxRefSampleDist's probabilities:
- * pooled chi-square (bins of expected count >= 5, the rest pooled), z-tests
- * of every p >= 1 % (Bonferroni at Z_ALPHA), draws outside K counted. */
+ * path and compares their counts with fxRefSampleDist's probabilities
+ * (fxCheckSampleCounts): pooled chi-square (bins of expected count >= 5, the
+ * rest pooled), z-tests of every p >= 1 % (Bonferroni at Z_ALPHA), draws
+ * outside K counted. */
 static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p, int64_t N,
                            uint64_t seed) {
-  chiResult r;
-  memset(&r, 0, sizeof r);
   double* prob = (double*)calloc((size_t)V, sizeof *prob);
   unsigned char* kept = (unsigned char*)calloc((size_t)V, 1);
   int64_t* keep = (int64_t*)calloc((size_t)V, sizeof *keep);
   int64_t* count = (int64_t*)calloc((size_t)V, sizeof *count);
-  int64_t* order = (int64_t*)calloc((size_t)V, sizeof *order);
   int64_t nk = 0, nkt = 0;
   fxRefSampleDist(row, V, p, prob, kept, &nk);
   fxRefSampleKeep(row, V, p, keep, &nkt); /* the token path's K (a planted bug acts here) */
@@ -864,45 +859,8 @@ static chiResult chiSquare(const float* row, int64_t V, const fxSampleParams* p,
             (long long)t2, (long long)t);
     }
   }
-  /* K by probability, largest first */
-  int64_t n = 0;
-  for (int64_t i = 0; i < V; ++i)
-    if (kept[i]) order[n++] = i;
-    else r.outside += count[i];
-  for (int64_t a = 1; a < n; ++a) /* insertion sort: K is small */
-    for (int64_t b = a; b > 0 && prob[order[b]] > prob[order[b - 1]]; --b) {
-      const int64_t tmp = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = tmp;
-    }
-  r.N = N;
-  r.nk = nk;
-  r.pmax = n > 0 ? prob[order[0]] : 0;
-  r.plo = r.pmax;
-  double* pk = (double*)calloc((size_t)(n > 0 ? n : 1), sizeof *pk);
-  int64_t* ck = (int64_t*)calloc((size_t)(n > 0 ? n : 1), sizeof *ck);
-  for (int64_t j = 0; j < n; ++j) {
-    pk[j] = prob[order[j]];
-    ck[j] = count[order[j]];
-    if (pk[j] >= P_BIG) {
-      ++r.nbig;
-      r.plo = pk[j];
-    }
-  }
-  const fxChi2Result c = fxChi2Pooled(pk, ck, n, N);
-  free(pk), free(ck);
-  r.chi2 = c.chi2;
-  r.bins = c.bins;
-  r.pvalue = c.pvalue;
-  r.zcrit = fxZTwoSided(Z_ALPHA / (r.nbig > 0 ? (double)r.nbig : 1.0));
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t i = order[j];
-    if (prob[i] < P_BIG) continue;
-    const double e = (double)N * prob[i];
-    const double z = fabs((double)count[i] - e) / sqrt(e * (1 - prob[i]));
-    if (z > r.zmax) r.zmax = z;
-  }
-  free(prob), free(kept), free(keep), free(count), free(order);
+  const chiResult r = fxCheckSampleCounts(prob, kept, count, V, N, P_BIG, Z_ALPHA);
+  free(prob), free(kept), free(keep), free(count);
   return r;
 }
 

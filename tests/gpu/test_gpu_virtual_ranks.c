@@ -58,6 +58,16 @@
  *            NCCL forever); reported as n/a;
  *  select    dpsArgmax / dpsTopK (k = 1, 7, 64), rows and vocab_limit
  *            changing on every call.
+ *  sample    dpsSample (vr/vr_sample.c): full logits [48, 33600] (V a
+ *            multiple of every tp) generated once per dtype, each rank
+ *            passing its shard, per-row filters of every kind (greedy,
+ *            temperature, top-k up to 5000, top-p up to 0.99 on flat rows,
+ *            min-p, combinations), int32 / int64 top-k arrays, a sub-batch,
+ *            scalar parameters (top-k 300 + top-p 0.95: the exact path),
+ *            and a captured call replayed with new parameter arrays: every
+ *            rank's tokens and logprobs bit-identical to the tp = 1 result
+ *            (both backends, computed first), tokens equal to
+ *            fxRefSampleToken, the path counters equal on every rank.
  * Every creation and every destroy is checked too (a failure counts).
  *
  * Default: a reduced matrix for every tp in 2..8 and both backends (well
@@ -65,7 +75,7 @@
  * configuration also creates and destroys its communicators). DPS_VR_FULL=1
  * (or "full"): the full matrix.
  * Arguments (or environment): tp=2,5-8 (DPS_VR_TP), backend=nccl|onesided|
- * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select|all
+ * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select,sample|all
  * (DPS_VR_SCENARIO), full, small (= DPS_TEST_SMALL=1: skips shapes above
  * 1 Mi logits elements and lengthens the timeout, for compute-sanitizer).
  * DPS_VR_TIMEOUT_MS (default 2000, 20000 with small), DPS_VR_BLOCKS (grid
@@ -175,79 +185,23 @@ static int bodyRunahead(VrGroup* g, int rank, const void* argp) {
 }
 
 /* ---- graph --------------------------------------------------------------------- */
-/* Captures one call of pad_bs on set 0. The logits dtype was fixed at
- * creation (the config's logits_dtype), so no call allocates during the
- * capture. onesided: each rank its own graph on its own stream. nccl: the
- * virtual collectives make every rank's stream wait for events the others
- * record, so the capture is one graph over every rank's stream: rank 0
- * begins it and records `fork`, the others join by waiting for it before
- * they enqueue, record `join` at their end, and rank 0 waits for every join
- * and ends the capture. */
+typedef struct {
+  int pad_bs;
+  void** out;
+  int32_t **po, **aio, **alo;
+  float** lpo;
+} VrCallArgs;
+
+static int vrEnqueueCall(VrGroup* g, int rank, void* ctx) {
+  VrCallArgs* a = (VrCallArgs*)ctx;
+  return vrCall(g, rank, 0, a->pad_bs, a->out, a->po, a->aio, a->alo, a->lpo);
+}
+
+/* Captures one call of pad_bs on set 0 (vrCaptureOps). */
 static int vrCapture(VrGroup* g, int rank, int pad_bs, void** out, int32_t** po, int32_t** aio,
                      int32_t** alo, float** lpo) {
-  VrRank* r = &g->r[rank];
-  if (g->backend == VR_ONESIDED) {
-    VR_CUDA(g, rank, cudaStreamBeginCapture(r->s, cudaStreamCaptureModeRelaxed));
-    const int rc = vrCall(g, rank, 0, pad_bs, out, po, aio, alo, lpo);
-    cudaGraph_t graph = NULL;
-    const cudaError_t e = cudaStreamEndCapture(r->s, &graph); /* also after a failure */
-    r->graph = graph;
-    if (rc) return 1;
-    VR_CUDA(g, rank, e);
-    VR_CUDA(g, rank, cudaGraphInstantiate(&r->exec, r->graph, 0));
-    return vrBarrier(g); /* no rank replays while another still captures */
-  }
-  VrRank* r0 = &g->r[0];
-  cudaError_t e = cudaSuccess;
-  const char* step = NULL;
-  int rc = 0;
-  if (rank == 0) {
-    e = cudaStreamBeginCapture(r0->s, cudaStreamCaptureModeRelaxed);
-    step = "cudaStreamBeginCapture";
-    if (e == cudaSuccess) {
-      e = cudaEventRecord(g->fork, r0->s);
-      step = "cudaEventRecord(fork)";
-    }
-  }
-  if (e == cudaSuccess) rc = vrBarrier(g); /* the fork is recorded before anyone waits for it */
-  if (e == cudaSuccess && !rc && rank != 0) {
-    e = cudaStreamWaitEvent(r->s, g->fork, 0);
-    step = "cudaStreamWaitEvent(fork)";
-  }
-  if (e == cudaSuccess && !rc) rc = vrCall(g, rank, 0, pad_bs, out, po, aio, alo, lpo);
-  if (e == cudaSuccess && !rc && rank != 0) {
-    e = cudaEventRecord(g->join[rank], r->s);
-    step = "cudaEventRecord(join)";
-  }
-  if (e != cudaSuccess) {
-    vrReportFail(g, rank, step, "CUDA error", cudaGetErrorString(e));
-    rc = 1;
-  }
-  if (rc) vrAbort(g);
-  else rc = vrBarrier(g); /* every join is recorded */
-  if (rank == 0) {
-    for (int q = 1; q < g->tp && !rc; ++q) {
-      e = cudaStreamWaitEvent(r0->s, g->join[q], 0);
-      if (e != cudaSuccess) {
-        vrReportFail(g, rank, "cudaStreamWaitEvent(join)", "CUDA error", cudaGetErrorString(e));
-        rc = 1;
-      }
-    }
-    cudaGraph_t graph = NULL;
-    e = cudaStreamEndCapture(r0->s, &graph); /* also after a failure: no stream stays capturing */
-    r0->graph = graph;
-    if (!rc && e != cudaSuccess) {
-      vrReportFail(g, rank, "cudaStreamEndCapture", "CUDA error", cudaGetErrorString(e));
-      rc = 1;
-    }
-    if (!rc && (e = cudaGraphInstantiate(&r0->exec, r0->graph, 0)) != cudaSuccess) {
-      vrReportFail(g, rank, "cudaGraphInstantiate", "CUDA error", cudaGetErrorString(e));
-      rc = 1;
-    }
-    if (rc) vrAbort(g);
-  }
-  if (rc) return 1;
-  return vrBarrier(g);
+  VrCallArgs a = {pad_bs, out, po, aio, alo, lpo};
+  return vrCaptureOps(g, rank, vrEnqueueCall, &a);
 }
 
 static int bodyGraph(VrGroup* g, int rank, const void* arg) {
@@ -584,6 +538,7 @@ int main(int argc, char** argv) {
       if (g_vr.scenarios & VR_SC_GRAPH) runGraph(&t, tp, b);
       if (g_vr.scenarios & VR_SC_TIMEOUT) runTimeout(&t, tp, b);
       if (g_vr.scenarios & VR_SC_SELECT) runSelect(&t, tp, b);
+      if (g_vr.scenarios & VR_SC_SAMPLE) vrRunSample(&t, tp, b);
       printf("tp=%d %s: %ld passed, %ld failed", tp, vrBackendName(b), t.passed, t.failed);
       if (t.skipped) printf(", %ld shapes skipped (small)", t.skipped);
       if (b == VR_NCCL && (g_vr.scenarios & VR_SC_TIMEOUT))

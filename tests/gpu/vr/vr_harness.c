@@ -159,6 +159,15 @@ int vrCheckCall(VrGroup* g, int rank, const void* out, const int32_t* po, const 
   return bad;
 }
 
+int vrReplay(VrGroup* g, int rank) {
+  VrRank* r = &g->r[rank];
+  if (g->backend == VR_ONESIDED || rank == 0) { /* nccl: rank 0's graph runs every rank's work */
+    VR_CUDA(g, rank, cudaGraphLaunch(r->exec, r->s));
+    VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
+  }
+  return vrBarrier(g);
+}
+
 int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what) {
   void* out = NULL;
   int32_t *po = NULL, *aio = NULL, *alo = NULL;
@@ -170,6 +179,83 @@ int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what) {
   if (vrCheckCall(g, rank, out, po, aio, alo, lpo, pad_bs, step, what)) return 1;
   return vrBarrier(g);
 }
+
+/* ---- graphs ---------------------------------------------------------------------- */
+/* Captures what fn enqueues on the rank's stream (the operations of one
+ * call) into r->graph / r->exec. The logits dtype was fixed at creation (the
+ * config's logits_dtype), so no call allocates during the capture.
+ * onesided: each rank its own graph on its own stream. nccl: the virtual
+ * collectives make every rank's stream wait for events the others
+ * record, so the capture is one graph over every rank's stream: rank 0
+ * begins it and records `fork`, the others join by waiting for it before
+ * they enqueue, record `join` at their end, and rank 0 waits for every join
+ * and ends the capture. */
+int vrCaptureOps(VrGroup* g, int rank, VrEnqueue fn, void* ctx) {
+  VrRank* r = &g->r[rank];
+  if (g->backend == VR_ONESIDED) {
+    VR_CUDA(g, rank, cudaStreamBeginCapture(r->s, cudaStreamCaptureModeRelaxed));
+    const int rc = fn(g, rank, ctx);
+    cudaGraph_t graph = NULL;
+    const cudaError_t e = cudaStreamEndCapture(r->s, &graph); /* also after a failure */
+    r->graph = graph;
+    if (rc) return 1;
+    VR_CUDA(g, rank, e);
+    VR_CUDA(g, rank, cudaGraphInstantiate(&r->exec, r->graph, 0));
+    return vrBarrier(g); /* no rank replays while another still captures */
+  }
+  VrRank* r0 = &g->r[0];
+  cudaError_t e = cudaSuccess;
+  const char* step = NULL;
+  int rc = 0;
+  if (rank == 0) {
+    e = cudaStreamBeginCapture(r0->s, cudaStreamCaptureModeRelaxed);
+    step = "cudaStreamBeginCapture";
+    if (e == cudaSuccess) {
+      e = cudaEventRecord(g->fork, r0->s);
+      step = "cudaEventRecord(fork)";
+    }
+  }
+  if (e == cudaSuccess) rc = vrBarrier(g); /* the fork is recorded before anyone waits for it */
+  if (e == cudaSuccess && !rc && rank != 0) {
+    e = cudaStreamWaitEvent(r->s, g->fork, 0);
+    step = "cudaStreamWaitEvent(fork)";
+  }
+  if (e == cudaSuccess && !rc) rc = fn(g, rank, ctx);
+  if (e == cudaSuccess && !rc && rank != 0) {
+    e = cudaEventRecord(g->join[rank], r->s);
+    step = "cudaEventRecord(join)";
+  }
+  if (e != cudaSuccess) {
+    vrReportFail(g, rank, step, "CUDA error", cudaGetErrorString(e));
+    rc = 1;
+  }
+  if (rc) vrAbort(g);
+  else rc = vrBarrier(g); /* every join is recorded */
+  if (rank == 0) {
+    for (int q = 1; q < g->tp && !rc; ++q) {
+      e = cudaStreamWaitEvent(r0->s, g->join[q], 0);
+      if (e != cudaSuccess) {
+        vrReportFail(g, rank, "cudaStreamWaitEvent(join)", "CUDA error", cudaGetErrorString(e));
+        rc = 1;
+      }
+    }
+    cudaGraph_t graph = NULL;
+    e = cudaStreamEndCapture(r0->s, &graph); /* also after a failure: no stream stays capturing */
+    r0->graph = graph;
+    if (!rc && e != cudaSuccess) {
+      vrReportFail(g, rank, "cudaStreamEndCapture", "CUDA error", cudaGetErrorString(e));
+      rc = 1;
+    }
+    if (!rc && (e = cudaGraphInstantiate(&r0->exec, r0->graph, 0)) != cudaSuccess) {
+      vrReportFail(g, rank, "cudaGraphInstantiate", "CUDA error", cudaGetErrorString(e));
+      rc = 1;
+    }
+    if (rc) vrAbort(g);
+  }
+  if (rc) return 1;
+  return vrBarrier(g);
+}
+
 
 /* ---- the configuration's environment (main thread, no rank thread running) ---- */
 /* Read by the onesided backend at creation. The harness owns them: vrStart
@@ -523,6 +609,7 @@ static int vrParseScenarios(const char* s) {
     else if (strcmp(tok, "graph") == 0) g_vr.scenarios |= VR_SC_GRAPH;
     else if (strcmp(tok, "timeout") == 0) g_vr.scenarios |= VR_SC_TIMEOUT;
     else if (strcmp(tok, "select") == 0) g_vr.scenarios |= VR_SC_SELECT;
+    else if (strcmp(tok, "sample") == 0) g_vr.scenarios |= VR_SC_SAMPLE;
     else return -1;
   }
   return g_vr.scenarios ? 0 : -1;
@@ -545,7 +632,7 @@ static int vrUsage(const char* bad) {
   fprintf(stderr,
           "test_gpu_virtual_ranks: bad argument '%s'\n"
           "usage: test_gpu_virtual_ranks [tp=2,3|2-8] [backend=nccl|onesided|all] "
-          "[scenario=shapes,runahead,graph,timeout,select|all] [full] [small]\n",
+          "[scenario=shapes,runahead,graph,timeout,select,sample|all] [full] [small]\n",
           bad);
   return 2;
 }

@@ -28,9 +28,11 @@ enum {
   VR_SC_RUNAHEAD = 2,
   VR_SC_GRAPH = 4,
   VR_SC_TIMEOUT = 8,
-  VR_SC_SELECT = 16
+  VR_SC_SELECT = 16,
+  VR_SC_SAMPLE = 32
 };
-#define VR_SC_ALL (VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT)
+#define VR_SC_ALL \
+  (VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT | VR_SC_SAMPLE)
 /* the onesided gathers' protocol (DPSAMPLING_ONESIDED_GATHER_PROTO) */
 enum { VR_GATHER_LL = 0, VR_GATHER_LL128 = 1 };
 #define VR_LL_DEFAULT ((uint64_t)256 * 1024) /* the backend's default swap LL threshold */
@@ -162,6 +164,14 @@ int vrCheckCall(VrGroup* g, int rank, const void* out, const int32_t* po, const 
                 const int32_t* alo, const float* lpo, int pad_bs, int step, const char* what);
 /* Upload, meet, call, wait, check, meet: one eager round. */
 int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what);
+/* Graphs: vrCaptureOps captures what fn enqueues on each rank's stream
+ * (onesided: a graph per rank; nccl: one graph over every rank's stream,
+ * rank 0's, since the virtual collectives join them) into r->graph /
+ * r->exec, and meets; vrReplay launches it (nccl: rank 0 only), waits and
+ * meets. */
+typedef int (*VrEnqueue)(VrGroup* g, int rank, void* ctx);
+int vrCaptureOps(VrGroup* g, int rank, VrEnqueue fn, void* ctx);
+int vrReplay(VrGroup* g, int rank);
 
 /* ---- the runner (main thread) ----------------------------------------------------- */
 /* Creates the group (streams, buffers, the provider's group), sets the
@@ -170,5 +180,10 @@ int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what);
 void vrRunGroup(VrTally* t, int tp, int backend, const VrCfg* cfg, int nsets, int variant,
                 VrBody fn, const void* arg, const char* scenario);
 int vrSkipLarge(int tp, const VrCfg* c);
+
+/* ---- scenario sample (vr_sample.c) ------------------------------------------------- */
+/* dpsSample at tp ranks against the tp = 1 result of the same full logits
+ * (computed by the first call, on both backends) and the host reference. */
+void vrRunSample(VrTally* t, int tp, int backend);
 
 #endif /* DPS_VR_HARNESS_H_ */
