@@ -477,8 +477,8 @@ def _fill_params(R, g, T, K, P, M, S, O):
                         0.2 + 0.79 * torch.rand(R, generator=g)))
     M.copy_(torch.where(torch.rand(R, generator=g) < 0.5, 0.0,
                         0.2 * torch.rand(R, generator=g)))
-    S.copy_(torch.randint(-2**63, 2**63 - 1, (R,), generator=g, dtype=torch.int64))
-    O.copy_(torch.randint(-2**63, 2**63 - 1, (R,), generator=g, dtype=torch.int64))
+    S.copy_(torch.randint(-2**62, 2**62, (R,), generator=g, dtype=torch.int64))
+    O.copy_(torch.randint(-2**62, 2**62, (R,), generator=g, dtype=torch.int64))
 
 
 @gpu
