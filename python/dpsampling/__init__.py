@@ -129,6 +129,50 @@ def _limit_arg(vocab_limit):
     return v
 
 
+_UINT64 = 2**64
+
+
+def _tensor_or_raise(name, value, kind):
+    """A sample() parameter that is not a number must be a tensor [rows]
+    (dtype, shape and device are checked in C, which names them)."""
+    if not hasattr(value, "data_ptr"):
+        raise TypeError(f"{name} must be a number or a tensor [rows] of {kind}, got "
+                        f"{type(value).__name__}")
+    return value
+
+
+def _float_param(name, value, off):
+    """A sample() parameter of float kind: None -> `off` (the filter off;
+    refused where off is None: temperature), a real number -> float (the
+    library checks its range), else a float32 tensor [rows]."""
+    import numbers
+
+    if value is None and off is not None:
+        return off
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if value is None or isinstance(value, (bool, numbers.Number)):
+        raise TypeError(f"{name} must be a real number or a tensor [rows] of torch.float32, got "
+                        f"{type(value).__name__}")
+    return _tensor_or_raise(name, value, "torch.float32")
+
+
+def _int_param(name, value, lo, hi, kind, wrap=False):
+    """A sample() parameter of int kind: an integer in [lo, hi) (taken mod
+    2^64 when wrap: seed, offset), else a tensor [rows] of `kind`."""
+    import numbers
+
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+        if not lo <= value < hi:
+            raise ValueError(f"{name}={value} is out of range [{lo}, {hi})")
+        return value % _UINT64 if wrap else value
+    if value is None or isinstance(value, (bool, numbers.Number)):
+        raise TypeError(f"{name} must be an int or a tensor [rows] of {kind}, got "
+                        f"{type(value).__name__} {value!r}")
+    return _tensor_or_raise(name, value, kind)
+
+
 def _is_process_group(group):
     """Whether `group` is a torch.distributed ProcessGroup (without importing
     torch: a caller that holds one has imported it)."""
@@ -448,6 +492,7 @@ class DpSamplingComm(_C.Comm):
     Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
     gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
     gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
+    argmax, topk, sample (a token per row from the vocab shards), sample_stats(),
     close(). Outputs alias persistent buffers valid until the next call of the
     same operation.
     """
@@ -577,6 +622,56 @@ class DpSamplingComm(_C.Comm):
             out_indices = torch.empty(rows, max(k, 0), dtype=torch.int64, device=dev)
         self._select(local_logits, k, _limit_arg(vocab_limit), out_values, out_indices, None)
         return out_values, out_indices
+
+    # -- sampling without moving the logits ---------------------------------
+    def sample(self, local_logits, *, temperature, seed, offset, top_k=None, top_p=None,
+               min_p=None, vocab_limit=None, return_logprobs=False, out=None,
+               out_logprobs=None):
+        """One token per row, drawn from this rank's [rows, V/tp] shard of the
+        rows (every rank passes its shard of the same rows and the same
+        parameters; every rank gets every row's token): int64 tokens [rows],
+        or (tokens, logprobs fp32 [rows]) with return_logprobs=True, the raw
+        log_softmax of the row at the token.
+
+        Every parameter is a number, the same for every row, or a 1-D tensor
+        [rows] on the logits' device: temperature, top_p, min_p float32;
+        top_k int32 or int64; seed and offset int64 (its bits are the uint64
+        values; a Python int may be in [-2^63, 2^64) and is taken mod 2^64).
+        None turns a filter off (top_k <= 0, top_p = 1 and min_p = 0 do too).
+        temperature 0 is greedy. The semantics (vLLM's filter order, exactly
+        k kept for top-k, the Gumbel race on Philox noise keyed by seed,
+        offset and the global index) are in docs/sampling.md. out /
+        out_logprobs, when given, are written in place (no allocation: the
+        call is then capturable in a CUDA graph as it is, with the parameter
+        tensors read at replay). Invalid scalars raise ValueError naming
+        them; an invalid entry of a parameter tensor is found on the device:
+        that call writes nothing and sample_stats() reports it."""
+        temperature = _float_param("temperature", temperature, None)
+        top_p = _float_param("top_p", top_p, 1.0)
+        min_p = _float_param("min_p", min_p, 0.0)
+        top_k = 0 if top_k is None else _int_param("top_k", top_k, -(2**63), 2**63,
+                                                   "torch.int32 or torch.int64")
+        seed = _int_param("seed", seed, -(2**63), _UINT64, "torch.int64", wrap=True)
+        offset = _int_param("offset", offset, -(2**63), _UINT64, "torch.int64", wrap=True)
+        limit = _limit_arg(vocab_limit)
+        if out_logprobs is not None and not return_logprobs:
+            raise ValueError("out_logprobs is given but return_logprobs=False; pass "
+                             "return_logprobs=True to have the logprobs written")
+        if not hasattr(local_logits, "dim"):
+            raise TypeError(f"local_logits must be a torch.Tensor, got "
+                            f"{type(local_logits).__name__}")
+        torch = _torch()
+        rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
+        dev = local_logits.device
+        if out is None:
+            out = torch.empty(rows, dtype=torch.int64, device=dev)
+        if return_logprobs and out_logprobs is None:
+            out_logprobs = torch.empty(rows, dtype=torch.float32, device=dev)
+        self._sample(local_logits, limit, temperature, top_k, top_p, min_p, seed, offset, out,
+                     out_logprobs if return_logprobs else None)
+        if return_logprobs:
+            return out, out_logprobs
+        return out
 
     def __enter__(self):
         return self

@@ -1,7 +1,7 @@
 # Type stub of the dpsampling package (the methods of DpSamplingComm are
 # implemented in C, in dpsampling._dpsampling.Comm).
 from types import TracebackType
-from typing import Any, Dict, Iterable, Optional, Protocol, Tuple, Type, Union
+from typing import Any, Dict, Iterable, Optional, Protocol, Tuple, Type, TypedDict, Union
 
 import torch
 import torch.distributed
@@ -17,6 +17,17 @@ _Group = Union[None, int, Iterable[int], torch.distributed.ProcessGroup]
 # "fp32", "float32", "float", "bf16", "bfloat16", "fp16", "float16", "half"
 # (each also with a "torch." prefix).
 _Dtype = Union[torch.dtype, str]
+
+# A sample() parameter: a number for every row, or a 1-D tensor [rows] on the
+# logits' device (float32; top_k int32/int64; seed/offset int64 = uint64 bits).
+_Param = Union[float, int, torch.Tensor]
+
+class SampleStats(TypedDict):
+    rows_greedy: int
+    rows_fast: int
+    rows_exact: int
+    invalid_calls: int
+    last_invalid: Optional[str]  # the first invalid row/argument/value, when invalid_calls grew
 
 class _Collectives(Protocol):
     def all_gather_into_tensor(
@@ -100,6 +111,15 @@ class DpSamplingComm:
         self, local_logits: torch.Tensor, k: int, vocab_limit: Optional[int] = ..., *,
         out_values: Optional[torch.Tensor] = ..., out_indices: Optional[torch.Tensor] = ...
     ) -> Tuple[torch.Tensor, torch.Tensor]: ...
+    # -> tokens int64 [rows], or (tokens, logprobs fp32 [rows]) with return_logprobs=True
+    def sample(
+        self, local_logits: torch.Tensor, *, temperature: _Param, seed: _Param, offset: _Param,
+        top_k: Optional[_Param] = ..., top_p: Optional[_Param] = ...,
+        min_p: Optional[_Param] = ..., vocab_limit: Optional[int] = ...,
+        return_logprobs: bool = ..., out: Optional[torch.Tensor] = ...,
+        out_logprobs: Optional[torch.Tensor] = ...
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
+    def sample_stats(self) -> SampleStats: ...
     @property
     def backend(self) -> str: ...
     @property

@@ -79,6 +79,7 @@ typedef struct {
   const char* busy;   /* name of the call in progress, or NULL (see above) */
   dpsCommInfo_t info; /* snapshot for the getters while busy */
   int may_block;      /* dpsCommOpMayBlock as of the same moment (op_gil_drop) */
+  uint64_t invalid_seen; /* sample_stats: invalid_calls at the previous read */
 } CommObject;
 
 static void free_views(ViewCache* views) {
@@ -628,6 +629,179 @@ static PyObject* comm_select(CommObject* self, PyObject* args) {
   return v;
 }
 
+/* _sample(logits, vocab_limit, temperature, top_k, top_p, min_p, seed, offset,
+ *         tokens, logprobs): dpsSample into the caller's tensors (the Python
+ * method makes them). Each parameter is a Python number, the scalar for every
+ * row (sample() has normalized it: float for temperature, top_p and min_p, int
+ * for top_k, an int in [0, 2^64) for seed and offset), or a tensor [rows]
+ * whose device pointer goes into the params' array field. The scalars' ranges
+ * are the library's to check (dpsInvalidArgument names the argument). */
+
+/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `rows`
+ * long, contiguous, on the communicator's device. *is_alt says which dtype. */
+static int sample_array(PyObject* t, const char* name, PyObject* want, PyObject* alt,
+                        const char* want_names, int device, int64_t rows, const void** ptr,
+                        int* is_alt) {
+  PyObject* dt = tensor_dtype(t, name);
+  if (dt == NULL) return -1;
+  const int ok = dt == want || (alt != NULL && dt == alt);
+  if (!ok) {
+    PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [rows], got %R",
+                 name, want_names, dt);
+    Py_DECREF(dt);
+    return -1;
+  }
+  if (is_alt != NULL) *is_alt = alt != NULL && dt == alt;
+  Py_DECREF(dt);
+  TArg a;
+  if (tensor_arg(t, name, device, 1, 0, &a) != 0) return -1;
+  if (a.shape[0] != rows) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s has shape [%lld] but local_logits has %lld rows (one value per row)", name,
+                 (long long)a.shape[0], (long long)rows);
+    return -1;
+  }
+  *ptr = a.ptr;
+  return 0;
+}
+
+/* Python's scalar for every row: a float (temperature, top_p, min_p). 1 if o
+ * is one (written to *v), 0 if it is not a number (a tensor), -1 on error. */
+static int sample_float(PyObject* o, float* v) {
+  if (!PyFloat_Check(o) && !PyLong_Check(o)) return 0;
+  const double d = PyFloat_AsDouble(o);
+  if (d == -1.0 && PyErr_Occurred()) return -1;
+  *v = (float)d; /* out of fp32 range becomes inf: the library refuses it by name */
+  return 1;
+}
+
+static PyObject* sample_body(CommObject* self, Handle* h, PyObject* const* o, long long limit) {
+  enum { X, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, TOKENS, LOGPROBS };
+  if (torch_load() != 0) return NULL;
+  dpsDataType_t code;
+  PyObject* dt = logits_dtype(o[X], &code);
+  if (dt == NULL) return NULL;
+  Py_DECREF(dt);
+  TArg a;
+  if (tensor_arg(o[X], "local_logits", self->device, 2, 0, &a) != 0) return NULL;
+  const int64_t rows = a.shape[0];
+  const int dev = self->device;
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  const void* arr;
+  int alt, r;
+  /* float parameters: a number -> the scalar, else a float32 tensor */
+  static const char* const fnames[3] = {"temperature", "top_p", "min_p"};
+  const int fidx[3] = {TEMP, TOPP, MINP};
+  float* fscalar[3] = {&p.temperature, &p.top_p, &p.min_p};
+  const float** farray[3] = {&p.temperatures, &p.top_ps, &p.min_ps};
+  for (int i = 0; i < 3; ++i) {
+    if ((r = sample_float(o[fidx[i]], fscalar[i])) < 0) return NULL;
+    if (r == 0) {
+      if (sample_array(o[fidx[i]], fnames[i], t_f32, NULL, "torch.float32", dev, rows, &arr,
+                       NULL) != 0)
+        return NULL;
+      *farray[i] = (const float*)arr;
+    }
+  }
+  if (PyLong_Check(o[TOPK])) {
+    p.top_k = (int64_t)PyLong_AsLongLong(o[TOPK]);
+    if (p.top_k == -1 && PyErr_Occurred()) return NULL;
+  } else {
+    if (sample_array(o[TOPK], "top_k", t_i32, t_i64, "torch.int32 or torch.int64", dev, rows,
+                     &arr, &alt) != 0)
+      return NULL;
+    if (alt)
+      p.top_ks_i64 = (const int64_t*)arr;
+    else
+      p.top_ks = (const int32_t*)arr;
+  }
+  /* seed, offset: uint64; a tensor is int64 and its bits are the values */
+  static const char* const unames[2] = {"seed", "offset"};
+  uint64_t* uscalar[2] = {&p.seed, &p.offset};
+  const uint64_t** uarray[2] = {&p.seeds, &p.offsets};
+  for (int i = 0; i < 2; ++i) {
+    PyObject* u = o[SEED + i];
+    if (PyLong_Check(u)) {
+      *uscalar[i] = (uint64_t)PyLong_AsUnsignedLongLong(u);
+      if (*uscalar[i] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    } else {
+      if (sample_array(u, unames[i], t_i64, NULL, "torch.int64", dev, rows, &arr, NULL) != 0)
+        return NULL;
+      *uarray[i] = (const uint64_t*)arr;
+    }
+  }
+  void *pt, *pl;
+  if (select_out(o[TOKENS], "out", t_i64, "torch.int64", dev, rows, -1, &pt) != 0 ||
+      select_out(o[LOGPROBS], "out_logprobs", t_f32, "torch.float32", dev, rows, -1, &pl) != 0)
+    return NULL;
+  if (pt == NULL) {
+    PyErr_SetString(PyExc_ValueError, "out (the int64 tokens [rows]) is required");
+    return NULL;
+  }
+  void* stream;
+  if (current_stream(dev, &stream) != 0) return NULL;
+  adapter_reset(self);
+  dpsComm_t comm = h->comm;
+  const int64_t vlimit = limit > 0 ? (int64_t)limit : self->vocab;
+  dpsResult_t st;
+  PyThreadState* ts = op_gil_drop(self);
+  st = dpsSample(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, &p, (int64_t*)pt,
+                 (float*)pl, (struct CUstream_st*)stream);
+  gil_take(ts);
+  if (st != dpsSuccess) return op_fail(self, st);
+  Py_RETURN_NONE;
+}
+
+static PyObject* comm_sample(CommObject* self, PyObject* args) {
+  PyObject* o[9];
+  long long limit;
+  if (!PyArg_ParseTuple(args, "OLOOOOOOOO:_sample", &o[0], &limit, &o[1], &o[2], &o[3], &o[4],
+                        &o[5], &o[6], &o[7], &o[8]))
+    return NULL;
+  Handle* h;
+  if (comm_enter(self, "sample", &h) != 0) return NULL;
+  PyObject* v = sample_body(self, h, o, limit);
+  comm_leave(self, h);
+  return v;
+}
+
+/* sample_stats(): dpsCommGetSampleStats as a dict. It waits for the sampling
+ * work already enqueued (a host sync), so it runs without the GIL. When
+ * invalid_calls grew since this object's previous read, the library's last
+ * error names the first invalid row, argument and value: last_invalid. */
+static PyObject* comm_sample_stats(CommObject* self, PyObject* unused) {
+  (void)unused;
+  Handle* h;
+  if (comm_enter(self, "sample_stats", &h) != 0) return NULL;
+  PyObject* ret = NULL;
+  dpsSampleStats_t st;
+  memset(&st, 0, sizeof st);
+  dpsComm_t comm = h->comm;
+  dpsResult_t r;
+  Py_BEGIN_ALLOW_THREADS;
+  r = dpsCommGetSampleStats(comm, &st);
+  Py_END_ALLOW_THREADS;
+  if (r != dpsSuccess) {
+    raise_dps(r); /* no adapter involved: the library's own message */
+    comm_leave(self, h);
+    return NULL;
+  }
+  /* read the message now, on this thread, before any other library call */
+  const char* msg = st.invalid_calls > self->invalid_seen ? dpsGetLastError() : NULL;
+  PyObject* last = msg != NULL ? PyUnicode_FromString(msg) : (Py_INCREF(Py_None), Py_None);
+  if (last != NULL) {
+    ret = Py_BuildValue("{s:K,s:K,s:K,s:K,s:O}", "rows_greedy",
+                        (unsigned long long)st.rows_greedy, "rows_fast",
+                        (unsigned long long)st.rows_fast, "rows_exact",
+                        (unsigned long long)st.rows_exact, "invalid_calls",
+                        (unsigned long long)st.invalid_calls, "last_invalid", last);
+    Py_DECREF(last);
+  }
+  if (ret != NULL) self->invalid_seen = st.invalid_calls;
+  comm_leave(self, h);
+  return ret;
+}
+
 static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"dtype", NULL};
   PyObject* d;
@@ -780,6 +954,16 @@ static PyMethodDef comm_methods[] = {
     {"_select", (PyCFunction)comm_select, METH_VARARGS,
      "_select(local_logits, k, vocab_limit, value, index, lse): argmax (k<0) or top-k into the "
      "given tensors (None: not wanted; vocab_limit <= 0: the vocab size)"},
+    {"_sample", (PyCFunction)comm_sample, METH_VARARGS,
+     "_sample(local_logits, vocab_limit, temperature, top_k, top_p, min_p, seed, offset, "
+     "tokens, logprobs): dpsSample into the given tensors (a parameter is a Python number for "
+     "every row or a tensor [rows]; logprobs None: not wanted; vocab_limit <= 0: the vocab size)"},
+    {"sample_stats", (PyCFunction)comm_sample_stats, METH_NOARGS,
+     "sample_stats($self, /)\n--\n\n"
+     "Rows sampled on this communicator by path, and invalid calls: a dict with rows_greedy, "
+     "rows_fast, rows_exact, invalid_calls and last_invalid (the library's message naming the "
+     "first invalid row, argument and value when invalid_calls grew since the previous read, "
+     "else None). Waits for the sampling work already enqueued: not for the hot path."},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
     {"swap_batch_vocab", (PyCFunction)(void (*)(void))comm_swap, METH_VARARGS | METH_KEYWORDS,

@@ -1,9 +1,18 @@
 """Ground truth of the selections, from the full rows on the host (shared by
 test_select.py and test_world_sizes.py), with the documented rules: NaN
 counts as -inf, ties go to the lower index, columns at or beyond vocab_limit
-are excluded. Imports torch: only the modules that need it import this."""
+are excluded. The selection references need torch; the sampling references
+below (the distribution of spec section 1 in float64, the documented noise,
+a chi-square p-value) are plain Python, so that test_sample.py can check them
+without torch or a GPU."""
 
-import torch
+import math
+import struct
+
+try:
+    import torch
+except ImportError:  # the sampling references below need no torch
+    torch = None
 
 
 def logit_rows(rows, vocab, dtype, seed):
@@ -41,3 +50,234 @@ def topk_ref(x, limit, k):
     """(values, indices) of every row's k best below limit, best first."""
     vals, idx = torch.sort(nan_as_neginf(x[:, :limit]), dim=-1, descending=True, stable=True)
     return vals[:, :k], idx[:, :k]
+
+
+# ---- sampling (dpsSample): spec sampling.md section 1, docs/sampling.md ------------
+
+
+def f32(x):
+    """x rounded to the nearest fp32 (what the library receives for a Python
+    float; also fp32 arithmetic: a double result of one fp32 +, -, * or /
+    rounded to fp32 is the correctly rounded fp32 result)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def sample_probs_ref(row, temperature, top_k=0, top_p=1.0, min_p=0.0, vocab_limit=None):
+    """The distribution of one row, {global index: probability} in float64,
+    following spec section 1 step by step: A = the indices below vocab_limit
+    whose logit is neither NaN nor -inf; empty A -> token 0; T == 0 -> the
+    argmax of A, lowest index on ties; (our rule) a +inf logit -> the lowest
+    +inf index; else min-p (keep exp((l - l_max)/T) >= min_p), top-k (the
+    first top_k in the order value descending, index ascending: exactly k),
+    top-p (keep i iff the mass of S strictly before i is < top_p), and
+    p_i proportional to exp(l_i/T) over what is kept. `row` is a sequence of
+    floats (the logits as the kernel reads them); the float parameters are
+    rounded to fp32 first, as the library receives them."""
+    T, top_p, min_p = f32(temperature), f32(top_p), f32(min_p)
+    limit = len(row) if vocab_limit is None else min(vocab_limit, len(row))
+    A = [i for i in range(limit) if not math.isnan(row[i]) and row[i] != -math.inf]
+    if not A:
+        return {0: 1.0}
+    lmax = max(row[i] for i in A)
+    best = min(i for i in A if row[i] == lmax)
+    if T == 0 or lmax == math.inf:
+        return {best: 1.0}
+    S = A
+    if min_p > 0:
+        S = [i for i in S if math.exp((row[i] - lmax) / T) >= min_p]
+    order = sorted(S, key=lambda i: (-row[i], i))
+    if 0 < top_k < len(order):
+        order = order[:top_k]
+    w = {i: math.exp((row[i] - lmax) / T) for i in order}
+    if top_p < 1:
+        total = math.fsum(w.values())
+        kept, before = [], 0.0
+        for i in order:
+            if before / total >= top_p:
+                break
+            kept.append(i)
+            before += w[i]
+        order = kept
+    z = math.fsum(w[i] for i in order)
+    return {i: w[i] / z for i in order}
+
+
+def logprob_ref(row, token, vocab_limit=None):
+    """The raw log_softmax of the row at `token` over A (float64; NaN counts
+    as -inf): -inf for an empty A, NaN where A holds +inf (inf - inf)."""
+    limit = len(row) if vocab_limit is None else min(vocab_limit, len(row))
+    A = [row[i] for i in range(limit) if not math.isnan(row[i]) and row[i] != -math.inf]
+    if not A:
+        return -math.inf
+    m = max(A)
+    if m == math.inf:
+        return math.nan
+    lse = m + math.log(math.fsum(math.exp(v - m) for v in A))
+    v = row[token]
+    return -math.inf if math.isnan(v) else v - lse
+
+
+# The documented noise (docs/sampling.md, "The draw"), in plain Python: every
+# step is an IEEE double operation (CPython rounds each one, never fuses), so
+# it reproduces the library's bits.
+_M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    """Random123's philox4x32 with 10 rounds: 4 words of (4-word ctr, 2-word key)."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(10):
+        if r:
+            k0 = (k0 + 0x9E3779B9) & _M32
+            k1 = (k1 + 0xBB67AE85) & _M32
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & _M32, (p0 >> 32) ^ c3 ^ k1, p0 & _M32
+    return c0, c1, c2, c3
+
+
+def _bits(x):
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def _from_bits(b):
+    return struct.unpack("<d", struct.pack("<Q", b))[0]
+
+
+def log_det(x):
+    """dpsLogDet: the library's deterministic natural log (fdlibm's
+    reduction, a degree-8 polynomial by Estrin's scheme), bit for bit."""
+    b = _bits(x)
+    if x != x or (b >> 63):
+        return -math.inf if x == 0 else math.nan
+    if x == 0:
+        return -math.inf
+    if b >= 0x7FF0000000000000:
+        return x
+    e = 0
+    if b < 0x0010000000000000:
+        b = _bits(x * 18014398509481984.0)
+        e = -54
+    frac = b & 0x000FFFFFFFFFFFFF
+    up = 1 if frac >= 0x6A09E667F3BCD else 0
+    e += (b >> 52) - 1023 + up
+    m = _from_bits(frac | ((1023 - up) << 52))
+    f = (m - 1.0) / (m + 1.0)
+    s = f * f
+    s2 = s * s
+    s4 = s2 * s2
+    q1 = 0.66666666666666663 + 0.40000000000000002 * s
+    q2 = 0.28571428571428571 + 0.22222222222222222 * s
+    q3 = 0.18181818181818182 + 0.15384615384615385 * s
+    q4 = 0.13333333333333333 + 0.11764705882352941 * s
+    r1 = q1 + s2 * q2
+    r2 = q3 + s2 * q4
+    p = r1 + s4 * r2
+    tail = (f * s) * p
+    de = float(e)
+    small = ((de * 1.90821492927058770002e-10) + tail) + 2.0 * f
+    return de * 6.93147180369123816490e-01 + small
+
+
+def sample_bits(seed, offset, index):
+    """x of (seed, offset, global index): word index & 3 of Philox4x32-10
+    with counter (q lo, q hi, offset lo, offset hi), q = index >> 2, and key
+    (seed lo, seed hi); seed and offset are uint64."""
+    q = index >> 2
+    out = philox4x32_10((q & _M32, q >> 32, offset & _M32, (offset >> 32) & _M32),
+                        (seed & _M32, (seed >> 32) & _M32))
+    return out[index & 3]
+
+
+def sample_gumbel(seed, offset, index):
+    """G = -log(-log(U)), U = (x + 0.5) 2^-32, with the deterministic log."""
+    u = (sample_bits(seed, offset, index) + 0.5) * 2.3283064365386962890625e-10
+    return -log_det(-log_det(u))
+
+
+def sample_token_ref(row, kept, temperature, seed, offset):
+    """The token the race draws over `kept` (from sample_probs_ref): the
+    index with the largest fp32 key fp32(fp32(l/T) + G), ties to the lower
+    index; a one-token support is that token (greedy, empty row, +inf)."""
+    if len(kept) == 1:
+        return next(iter(kept))
+    T = f32(temperature)
+    token, best = None, None
+    for i in sorted(kept):
+        key = f32(f32(row[i] / T) + sample_gumbel(seed % 2**64, offset % 2**64, i))
+        if best is None or key > best:
+            token, best = i, key
+    return token
+
+
+# ---- chi-square, without scipy ----------------------------------------------------
+
+
+def _gamma_q(a, x):
+    """The regularized upper incomplete gamma Q(a, x) (Numerical Recipes'
+    gser / gcf)."""
+    if x <= 0:
+        return 1.0
+    lg = math.lgamma(a)
+    if x < a + 1:  # series for P
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(100000):
+            ap += 1
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - lg))
+    tiny = 1e-300  # continued fraction for Q (modified Lentz)
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    for i in range(1, 100000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-16:
+            break
+    return math.exp(-x + a * math.log(x) - lg) * h
+
+
+def chi2_sf(x, dof):
+    """P(X >= x) for X chi-square with dof degrees of freedom."""
+    return _gamma_q(dof / 2.0, x / 2.0)
+
+
+def chisquare_test(counts, probs, min_expected=5.0):
+    """(p-value, draws outside the support) of observed counts
+    {index: count} against probabilities {index: p}. Bins expected below
+    min_expected are pooled into one; the draws of indices without
+    probability are returned apart (any is a failure of its own)."""
+    n = sum(counts.values())
+    outside = sum(c for i, c in counts.items() if probs.get(i, 0.0) == 0.0)
+    stat, dof = 0.0, -1
+    pool_e = pool_o = 0.0
+    for i, p in probs.items():
+        e, o = n * p, counts.get(i, 0)
+        if e < min_expected:
+            pool_e += e
+            pool_o += o
+            continue
+        stat += (o - e) ** 2 / e
+        dof += 1
+    if pool_e > 0:
+        stat += (pool_o - pool_e) ** 2 / pool_e
+        dof += 1
+    if dof < 1:
+        return 1.0, outside
+    return chi2_sf(stat, dof), outside
