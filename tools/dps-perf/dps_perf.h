@@ -203,6 +203,10 @@ double dpRowTime(const char* op, const DpCase* c, dpsBackend_t be);
 extern const DpOp* const dpOps[];
 extern const int dpNumOps;
 
+/* op_sample.c: the family -o sample (dpsSample's cases and their references). */
+#define DP_SAMPLE_OPS 11
+extern const DpOp dpOpSample[DP_SAMPLE_OPS];
+
 /* ---- peak.cu ------------------------------------------------------------------ */
 /* Stores int4 values over [dst, dst+bytes) (bytes a multiple of 16) with a
  * grid-stride loop: with dst a peer's buffer (cudaIpcOpenMemHandle) this is a

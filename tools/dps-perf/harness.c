@@ -782,7 +782,8 @@ static void printTableHeader(void) {
   } else {
     printf("#\n# bytes: what each rank sends across the link per call ((tp-1)/tp of its input);"
            " algbw = bytes / time; link = algbw / peer store peak\n# argmax, topk: bytes = the"
-           " local pass's HBM reads of the shard; link = algbw / HBM read peak\n#\n");
+           " local pass's HBM reads of the shard; link = algbw / HBM read peak\n# sample_*: the same"
+           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n#\n");
     printf("# %*s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", opWidth(), "op", "backend",
            "pad_bs", "N", "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
   }
