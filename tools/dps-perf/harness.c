@@ -147,7 +147,8 @@ static void usage(FILE* f) {
           "  -o, --op L          ");
   for (int i = 0; i < dpNumOps; ++i) fprintf(f, "%s,", dpOps[i]->name);
   fprintf(f,
-          "all (default all)\n"
+          "all (default all);\n"
+          "                      sample: every sample_* (dpsSample's cases, op_sample.c)\n"
           "  -s, --shapes L      comma list; PxNxV items are swap shapes (pad_bs x N x vocab),\n"
           "                      and the PxN of every item is a gather/logprobs shape\n"
           "  -d, --dtype L       swap logits dtype(s): bf16,fp16,fp32 (default bf16, plus fp32 for\n"
