@@ -21,6 +21,22 @@ warm-up (the slowest rank counts):
                shards + torch.argmax / torch.topk on the swapped [rows/tp, V]
     nccl, onesided  DpSamplingComm.argmax / .topk on the shard
   argmax/topk run at any world size, 1 included.
+  sample (rows x V, every rank holds the [rows, V/tp] shard; per-row parameters
+  as 1-D CUDA tensors; rows like an LLM's logits: N(0, 2.5^2) plus 1-4 head
+  tokens at 10..20, or all equal for p_flat):
+    read       torch amax over the shard (the read time of the logits)
+    torch      the vLLM V1 sampler on the full [rows, V] row: fp32 logits,
+               raw log_softmax for the logprob cases, / temperature, min-p
+               (probs < min_p * max prob -> -inf), apply_top_k_top_p (sort,
+               top-k mask, softmax + cumsum top-p mask, scatter back),
+               softmax, the exponential race probs / q.exponential_() argmax
+    torch_mn   the same with torch.multinomial(probs, 1) for the draw
+    gather     (world > 1) all_gather of the shards + permute + torch
+    nccl, onesided  DpSamplingComm.sample on the shard
+  cases: t (T 0.7), t_lp (+ logprobs), kp (top-k 50 + top-p 0.9, T 0.7), kp_lp,
+  p (top-p 0.9, T 0.7), p_flat (the same on all-equal rows), minp (min-p 0.1,
+  T 0.7); speedup = torch / dpsampling. The draws are random, so the check is
+  by rule, not by value (see check_sample).
 
 Every result is checked: after the eager warm-up (step 1 inputs) and after the
 graph replays (step 2 inputs written into the captured input buffers), the
@@ -36,6 +52,7 @@ or under torchrun:
 import argparse
 import datetime
 import gc
+import math
 import os
 import socket
 import sys
@@ -46,18 +63,33 @@ TARGET_SHAPE = (256, 4, 152064, "bf16")
 DEFAULT_SWAP = "8x1x64:bf16,8x1x64:fp32,64x1x152064,64x4x152064,256x4x152064,512x4x129280,8x1x129280,128x2x152064"
 DEFAULT_GATHER = "8x1,64x1,256x1,512x1,8x4,64x4,256x4,512x4,8x8,64x8,256x8,512x8"
 DEFAULT_SELECT = "8x64640,64x76032,256x76032,1024x76032"
+DEFAULT_SAMPLE = "8x129280,64x129280,1024x129280,8x152064,64x152064,1024x152064"
 TOPK_K = 64
+
+# name: (temperature, top_k, top_p, min_p, flat rows, logprobs)
+SAMPLE_CASES = {
+    "t": (0.7, None, None, None, False, False),
+    "t_lp": (0.7, None, None, None, False, True),
+    "kp": (0.7, 50, 0.9, None, False, False),
+    "kp_lp": (0.7, 50, 0.9, None, False, True),
+    "p": (0.7, None, 0.9, None, False, False),
+    "p_flat": (0.7, None, 0.9, None, True, False),
+    "minp": (0.7, None, None, 0.1, False, False),
+}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=0, help="ranks / GPUs (default: all visible GPUs)")
     p.add_argument("--ops", default="swap,gather,logprobs",
-                   help="comma list of swap,gather,logprobs,argmax,topk")
+                   help="comma list of swap,gather,logprobs,argmax,topk,sample")
     p.add_argument("--backends", default="nccl,onesided", help="dpsampling backends to time")
     p.add_argument("--swap-shapes", default=DEFAULT_SWAP, help="PADxNxV[:dtype] comma list (dtype default --dtype)")
     p.add_argument("--gather-shapes", default=DEFAULT_GATHER, help="PADxN comma list")
     p.add_argument("--select-shapes", default=DEFAULT_SELECT, help="ROWSxV comma list (argmax, topk)")
+    p.add_argument("--sample-shapes", default=DEFAULT_SAMPLE, help="ROWSxV comma list (sample)")
+    p.add_argument("--sample-cases", default=",".join(SAMPLE_CASES),
+                   help="comma list of " + ",".join(SAMPLE_CASES))
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--warmup", type=int, default=5, help="eager calls before capture")
     p.add_argument("--iters", type=int, default=20, help="calls captured into one graph")
@@ -420,6 +452,184 @@ def run_select(ctx, shape, rows_out, which):
     rows_out.append((which, f"{rows}x{vocab}", "bf16", rows * vl * 2, res))
 
 
+def _sample_logits(ctx, rows, vocab, flat):
+    """Rows like an LLM's logits (the same on every rank): N(0, 2.5^2) and 1-4
+    head tokens at 10..20 at random columns; flat: every logit 1."""
+    torch = ctx.torch
+    dev = ctx.device
+    if flat:
+        return torch.ones(rows, vocab, device=dev, dtype=torch.bfloat16)
+    g = torch.Generator(device=dev).manual_seed(7001 + rows * 31 + vocab)
+    x = torch.randn(rows, vocab, generator=g, device=dev) * 2.5
+    nh = torch.randint(1, 5, (rows, 1), generator=g, device=dev)
+    pos = torch.randint(0, vocab, (rows, 4), generator=g, device=dev)
+    val = 10.0 + 10.0 * torch.rand(rows, 4, generator=g, device=dev)
+    val = torch.where(torch.arange(4, device=dev)[None, :] < nh, val, torch.full_like(val, -float("inf")))
+    x.scatter_reduce_(1, pos, val, reduce="amax")
+    return x.to(torch.bfloat16)
+
+
+def _apply_top_k_top_p(torch, logits, k, p):
+    """vLLM V1's apply_top_k_top_p (sort-based; ties at the k-th value kept)."""
+    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    if k is not None:
+        top_k_mask = logits_sort.size(1) - k.to(torch.long)
+        top_k_mask = logits_sort.gather(1, top_k_mask.unsqueeze(dim=1))
+        top_k_mask = logits_sort < top_k_mask
+        logits_sort.masked_fill_(top_k_mask, -float("inf"))
+    if p is not None:
+        probs_sort = logits_sort.softmax(dim=-1)
+        probs_sum = torch.cumsum(probs_sort, dim=-1, out=probs_sort)
+        top_p_mask = probs_sum <= 1 - p.unsqueeze(dim=1)
+        top_p_mask[:, -1] = False
+        logits_sort.masked_fill_(top_p_mask, -float("inf"))
+    return logits_sort.scatter(dim=-1, index=logits_idx, src=logits_sort)
+
+
+def _torch_sample(torch, x, temp, k, p, min_p, want_lp, multinomial):
+    """The vLLM V1 sampler on the full rows x (no per-request generators)."""
+    logits = x.to(torch.float32)
+    lp = logits.log_softmax(dim=-1) if want_lp else None  # raw logprobs, before processing
+    logits = logits.div_(temp.unsqueeze(1))
+    if min_p is not None:
+        probs = logits.softmax(dim=-1)
+        keep = probs >= probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+        logits = logits.masked_fill_(~keep, -float("inf"))
+    if k is not None or p is not None:
+        logits = _apply_top_k_top_p(torch, logits, k, p)
+    probs = logits.softmax(dim=-1, dtype=torch.float32)
+    if multinomial:
+        tok = torch.multinomial(probs, 1).view(-1)
+    else:
+        q = torch.empty_like(probs).exponential_()
+        tok = probs.div_(q).argmax(dim=-1).view(-1)
+    if want_lp:
+        return tok, lp.gather(1, tok[:, None])[:, 0]
+    return tok
+
+
+def check_sample(torch, x_f, spec, toks, lps=None, dps=False):
+    """Rows breaking a rule: token outside [0, V); top-k: below the 50th value;
+    min-p: (l - l_max)/T < log(min_p); p_flat (dpsampling only, whose order cuts
+    ties by index): past the first ceil(0.9 V) indices; logprobs: off the
+    fp32 log_softmax by more than 1e-3 max(1, |want|)."""
+    temp, k, p, min_p, flat, want_lp = spec
+    V = x_f.shape[1]
+    tok = toks.view(-1).long()
+    bad = (tok < 0) | (tok >= V)
+    t = tok.clamp(0, V - 1)
+    val = x_f.gather(1, t[:, None])[:, 0]
+    if k is not None:
+        bad |= val < torch.topk(x_f, k, dim=-1).values[:, -1]
+    if min_p is not None:
+        bad |= (val - x_f.amax(dim=-1)) / temp < math.log(min_p) - 1e-4
+    if dps and flat and p is not None:
+        bad |= tok >= math.ceil(p * V)
+    if lps is not None:
+        want = x_f.log_softmax(dim=-1).gather(1, t[:, None])[:, 0]
+        bad |= ~((lps.float() - want).abs() <= 1e-3 * want.abs().clamp(min=1.0))
+    return int(bad.sum().item())
+
+
+def sample_comms(ctx, shape):
+    """One DpSamplingComm per backend for the cases of one shape."""
+    rows, vocab = shape
+    comms = {}
+    for b in ctx.backends:
+        comms[b] = ctx.dps.DpSamplingComm(tp_size=ctx.world, rank=ctx.rank, group=tuple(range(ctx.world)),
+                                          max_pad_bs=rows, num_tokens_per_req=1, vocab_size=vocab,
+                                          logits_dtype=ctx.torch.bfloat16, backend=b)
+        if not hasattr(comms[b], "sample"):
+            raise SystemExit("compare_torch.py: this dpsampling has no DpSamplingComm.sample")
+    return comms
+
+
+def run_sample(ctx, shape, case, rows_out, comms):
+    """One sample case on rows x V: torch's samplers on the full row vs
+    DpSamplingComm.sample on the shard (same inputs, parameters as tensors)."""
+    torch, dist = ctx.torch, ctx.dist
+    rows, vocab = shape
+    tp, rank, dev = ctx.world, ctx.rank, ctx.device
+    vl = vocab // tp
+    spec = SAMPLE_CASES[case]
+    temp_v, k_v, p_v, minp_v, flat, want_lp = spec
+    x_full = _sample_logits(ctx, rows, vocab, flat)
+    shard = x_full[:, rank * vl:(rank + 1) * vl].contiguous()
+    x_f = x_full.float()
+    temp = torch.full((rows,), temp_v, dtype=torch.float32, device=dev)
+    k = torch.full((rows,), k_v, dtype=torch.int32, device=dev) if k_v is not None else None
+    p = torch.full((rows,), p_v, dtype=torch.float32, device=dev) if p_v is not None else None
+    min_p = torch.full((rows,), minp_v, dtype=torch.float32, device=dev) if minp_v is not None else None
+    g = torch.Generator(device=dev).manual_seed(4242)
+    seed = torch.randint(-2**62, 2**62, (rows,), generator=g, device=dev, dtype=torch.int64)
+    offset = torch.arange(rows, dtype=torch.int64, device=dev) + 1000
+    res = {}
+
+    def timed(name, fn, dps=False, check=True):
+        eager, replay, graph = _time_graph(ctx, fn)
+        us, gout = replay()
+        outs = [eager, gout] if check else []
+        wrong = 0
+        for o in outs:
+            tok, lp = (o[0], o[1]) if isinstance(o, tuple) else (o, None)
+            wrong += check_sample(torch, x_f, spec, tok, lp if want_lp else None, dps)
+        if dps:  # same inputs, same seeds and offsets: the same tokens on every call
+            e_tok = eager[0] if isinstance(eager, tuple) else eager
+            g_tok = gout[0] if isinstance(gout, tuple) else gout
+            wrong += int((e_tok.view(-1) != g_tok.view(-1)).sum().item())
+        res[name] = (us, _sum_over_ranks(ctx, wrong))
+        del graph
+
+    timed("read", lambda: shard.amax(dim=-1), check=False)
+    timed("torch", lambda: _torch_sample(torch, x_full, temp, k, p, min_p, want_lp, False))
+    try:
+        timed("torch_mn", lambda: _torch_sample(torch, x_full, temp, k, p, min_p, want_lp, True))
+    except RuntimeError as e:  # e.g. a torch whose multinomial cannot be captured
+        torch.cuda.synchronize()
+        if rank == 0:
+            print(f"#   torch_mn unavailable: {str(e).splitlines()[0]}")
+    if tp > 1:
+        def gather_then():
+            buf = torch.empty(tp * rows, vl, dtype=shard.dtype, device=dev)
+            dist.all_gather_into_tensor(buf, shard)
+            full_rows = buf.view(tp, rows, vl).permute(1, 0, 2).reshape(rows, vocab)
+            return _torch_sample(torch, full_rows, temp, k, p, min_p, want_lp, False)
+
+        timed("gather", gather_then)
+    for b in ctx.backends:
+        def dps(c=comms[b]):
+            return c.sample(shard, temperature=temp, seed=seed, offset=offset, top_k=k, top_p=p,
+                            min_p=min_p, return_logprobs=want_lp)
+
+        timed(b, dps, dps=True)
+    gc.collect()
+    rows_out.append(("sample", f"{rows}x{vocab}", case, rows * vl * 2, res))
+
+
+_sample_header_printed = [False]
+
+
+def print_sample_row(row, backends):
+    _, shape, case, nbytes, res = row
+    extra = [n for n in ("torch_mn", "gather") if n in res]
+    if not _sample_header_printed[0]:
+        cols = "".join(f" {n + '(us)':>13}" for n in ("torch_mn", "gather") if n in res)
+        cols += "".join(f" {b + '(us)':>14} {'x' + b:>10}" for b in backends)
+        print(f"# {'sample':>8} {'shape':>12} {'case':>6} {'read(us)':>9} {'torch(us)':>10}{cols} {'#wrong':>7}"
+              f"   (read: amax over the shard; x: speedup = torch / dpsampling)")
+        _sample_header_printed[0] = True
+    t = res["torch"][0]
+    cols = "".join(f" {res[n][0]:13.2f}" for n in extra)
+    for b in backends:
+        us = res[b][0]
+        cols += f" {us:14.2f} {t / us:10.2f}"
+    wrong = sum(w for _, w in res.values())
+    print(f"  {'sample':>8} {shape:>12} {case:>6} {res['read'][0]:9.2f} {t:10.2f}{cols} {wrong:7d}")
+    if wrong:
+        print("#   ^ WRONG: " + ", ".join(f"{k}: {w}" for k, (_, w) in res.items() if w))
+    sys.stdout.flush()
+
+
 def worker_body(rank, world, args, init_method):
     import torch
     import torch.distributed as dist
@@ -488,6 +698,23 @@ def worker_body(rank, world, args, init_method):
                 run_select(ctx, s, rows, which)
                 if rank == 0:
                     print_row(rows[-1], ctx.backends)
+    if "sample" in ops:
+        cases = [c for c in args.sample_cases.split(",") if c]
+        for t in args.sample_shapes.split(","):
+            if not t:
+                continue
+            s = tuple(int(v) for v in t.lower().split("x"))
+            if s[1] % world:
+                continue
+            comms = sample_comms(ctx, s)
+            for case in cases:
+                run_sample(ctx, s, case, rows, comms)
+                if rank == 0:
+                    print_sample_row(rows[-1], ctx.backends)
+            for c in comms.values():
+                _destroy(c)
+            del comms
+            gc.collect()
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()
@@ -579,10 +806,13 @@ def main():
         if b and b not in ("nccl", "onesided"):
             raise SystemExit(f"compare_torch.py: unknown backend {b!r}")
     for o in args.ops.split(","):
-        if o and o not in ("swap", "gather", "logprobs", "argmax", "topk"):
+        if o and o not in ("swap", "gather", "logprobs", "argmax", "topk", "sample"):
             raise SystemExit(f"compare_torch.py: unknown op {o!r}")
     parse_swap_shapes(args.swap_shapes, args.dtype)
     parse_gather_shapes(args.gather_shapes)
+    for c in args.sample_cases.split(","):
+        if c and c not in SAMPLE_CASES:
+            raise SystemExit(f"compare_torch.py: unknown sample case {c!r} (want {','.join(SAMPLE_CASES)})")
 
     try:
         import torch

@@ -24,8 +24,10 @@
  *   };
  *
  * and add `extern const DpOp dpOpName;` and `&dpOpName` to ops.c (the -o
- * list, the help and the header line come from that table). Every callback
- * is required; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
+ * list, the help and the header line come from that table). An -o item
+ * selects every operation whose name or alias it is (op_sample.c's family
+ * shares the alias "sample"). Every callback
+ * is required but `note`; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
  * dpAddTokenCases and dpValidTokens (gather and logprobs do). If its shapes
  * read -s/-d differently from the existing operations, say so in usage()
  * (harness.c). op_logprobs.c is the smallest example.
@@ -119,6 +121,7 @@ void* dpHostAlloc(DpLocal* l, size_t bytes, int zero);
 
 /* ---- cases ------------------------------------------------------------------ */
 struct DpOp;
+struct DpRow;
 
 typedef struct {
   const struct DpOp* op;
@@ -172,11 +175,37 @@ typedef struct DpOp {
   /* Optional. 1: bytes counts the local pass's HBM reads (argmax, top-k),
    * and the efficiency column is against the HBM read peak, not the link. */
   int hbm;
+  /* Optional (NULL: none). Called on every rank of one (case, backend):
+   * phase 0 after setup, before the first call (e.g. to read counters the
+   * communicator accumulates over cases); phase 1 after the timed replays
+   * and the check, with the row's agreed time in *row. Phase 1 may write one
+   * line into out (printed at the end of the row) and returns the number of
+   * problems it found (counted as wrong elements); phase 0 returns nonzero
+   * on failure (recorded in *l). May synchronize: nothing is timed then. */
+  long long (*note)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, int phase,
+                    const struct DpRow* row, char* out, size_t len, DpLocal* l);
 } DpOp;
+
+/* What the harness knows of a row when it calls note(phase 1). */
+typedef struct DpRow {
+  dpsBackend_t backend;
+  double us;       /* the row's time per call (the slowest rank) */
+  double hbm_peak; /* GB/s of local reads measured in this run, 0 = unknown */
+  long long calls; /* calls made on this (case, backend): eager + warm-up + replays */
+} DpRow;
+
+/* The time (us per call) of a row already measured in this run: operation
+ * `op` (its name) on c's shape and dtype and backend `be`; 0 when none. For
+ * an operation that reports its time against another's (run it after). */
+double dpRowTime(const char* op, const DpCase* c, dpsBackend_t be);
 
 /* ops.c: every operation, in table order. */
 extern const DpOp* const dpOps[];
 extern const int dpNumOps;
+
+/* op_sample.c: the family -o sample (dpsSample's cases and their references). */
+#define DP_SAMPLE_OPS 11
+extern const DpOp dpOpSample[DP_SAMPLE_OPS];
 
 /* ---- peak.cu ------------------------------------------------------------------ */
 /* Stores int4 values over [dst, dst+bytes) (bytes a multiple of 16) with a

@@ -147,7 +147,8 @@ static void usage(FILE* f) {
           "  -o, --op L          ");
   for (int i = 0; i < dpNumOps; ++i) fprintf(f, "%s,", dpOps[i]->name);
   fprintf(f,
-          "all (default all)\n"
+          "all (default all);\n"
+          "                      sample: every sample_* (dpsSample's cases, op_sample.c)\n"
           "  -s, --shapes L      comma list; PxNxV items are swap shapes (pad_bs x N x vocab),\n"
           "                      and the PxN of every item is a gather/logprobs shape\n"
           "  -d, --dtype L       swap logits dtype(s): bf16,fp16,fp32 (default bf16, plus fp32 for\n"
@@ -230,11 +231,14 @@ static int addOp(const char* item, void* ctx) {
     for (int i = 0; i < dpNumOps; ++i) g_opt.ops[i] = 1;
     return 0;
   }
+  /* every match: an alias may name a family (-o sample) */
+  int found = 0;
   for (int i = 0; i < dpNumOps; ++i)
     if (opMatches(dpOps[i], item)) {
       g_opt.ops[i] = 1;
-      return 0;
+      found = 1;
     }
+  if (found) return 0;
   fprintf(stderr, "dps-perf: invalid op \"%s\" (want ", item);
   for (int i = 0; i < dpNumOps; ++i)
     fprintf(stderr, "%s%s", dpOps[i]->name, i + 1 < dpNumOps ? ", " : " ");
@@ -368,6 +372,51 @@ static int buildCases(void) {
     fprintf(stderr, "dps-perf: nothing to run\n");
     return 1;
   }
+  return 0;
+}
+
+/* The rows measured so far (every rank holds the same agreed times), for
+ * dpRowTime. */
+typedef struct {
+  const DpOp* op;
+  DpCase c;
+  dpsBackend_t be;
+  double us;
+} DpTimed;
+
+static DpTimed g_timed[2 * DP_MAX_CASES];
+static int g_ntimed;
+
+static void recordTime(const DpCase* c, dpsBackend_t be, double us) {
+  if (g_ntimed < (int)(sizeof g_timed / sizeof g_timed[0])) {
+    DpTimed t = {c->op, *c, be, us};
+    g_timed[g_ntimed++] = t;
+  }
+}
+
+double dpRowTime(const char* op, const DpCase* c, dpsBackend_t be) {
+  for (int i = g_ntimed - 1; i >= 0; --i) {
+    const DpTimed* t = &g_timed[i];
+    if (!strcmp(t->op->name, op) && t->be == be && t->c.pad_bs == c->pad_bs && t->c.n == c->n &&
+        t->c.vocab == c->vocab && t->c.dtype == c->dtype)
+      return t->us;
+  }
+  return 0.0;
+}
+
+/* Width of the op column: the longest selected name, at least 8 (the
+ * table of the original operations is unchanged). */
+static int opWidth(void) {
+  int w = 8;
+  for (int i = 0; i < dpNumOps; ++i)
+    if (g_opt.ops[i] && (int)strlen(dpOps[i]->name) > w) w = (int)strlen(dpOps[i]->name);
+  return w;
+}
+
+/* 1 when a selected operation writes notes (the CSV gets a note column). */
+static int anyNotes(void) {
+  for (int i = 0; i < dpNumOps; ++i)
+    if (g_opt.ops[i] && dpOps[i]->note) return 1;
   return 0;
 }
 
@@ -729,19 +778,21 @@ typedef struct {
 
 static void printTableHeader(void) {
   if (g_opt.csv) {
-    printf("op,backend,pad_bs,N,vocab,dtype,bytes,time_us,algbw_GBps,link_eff_pct,wrong,status\n");
+    printf("op,backend,pad_bs,N,vocab,dtype,bytes,time_us,algbw_GBps,link_eff_pct,wrong,status%s\n",
+           anyNotes() ? ",note" : "");
   } else {
     printf("#\n# bytes: what each rank sends across the link per call ((tp-1)/tp of its input);"
            " algbw = bytes / time; link = algbw / peer store peak\n# argmax, topk: bytes = the"
-           " local pass's HBM reads of the shard; link = algbw / HBM read peak\n#\n");
-    printf("# %8s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", "op", "backend", "pad_bs", "N",
-           "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
+           " local pass's HBM reads of the shard; link = algbw / HBM read peak\n# sample_*: the same"
+           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n#\n");
+    printf("# %*s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", opWidth(), "op", "backend",
+           "pad_bs", "N", "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
   }
   fflush(stdout);
 }
 
 static void printRow(const DpCase* c, dpsBackend_t be, int tp, double us, long long wrong,
-                     const char* status) {
+                     const char* status, const char* note) {
   const char* dt = dtypeName(c);
   char vocab[32];
   if (c->vocab) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
@@ -763,13 +814,16 @@ static void printRow(const DpCase* c, dpsBackend_t be, int tp, double us, long l
     snprintf(tm, sizeof tm, "%s", status);
     snprintf(bw, sizeof bw, "-");
   }
+  const int notes = anyNotes();
   if (g_opt.csv) {
-    printf("%s,%s,%d,%d,%s,%s,%zu,%s,%s,%s,%s,%s\n", c->op->name, dpsBackendName(be),
+    printf("%s,%s,%d,%d,%s,%s,%zu,%s,%s,%s,%s,%s%s%s%s\n", c->op->name, dpsBackendName(be),
            c->pad_bs, c->n, vocab, dt, bytes, ok ? tm : "", ok ? bw : "",
-           ok && peak > 0 ? eff : "", ok ? wr : "", ok ? (wrong ? "wrong" : "ok") : status);
+           ok && peak > 0 ? eff : "", ok ? wr : "", ok ? (wrong ? "wrong" : "ok") : status,
+           notes ? ",\"" : "", notes && note ? note : "", notes ? "\"" : "");
   } else {
-    printf("  %8s %9s %7d %3d %7s %6s %12zu %10s %12s %7s %7s\n", c->op->name,
-           dpsBackendName(be), c->pad_bs, c->n, vocab, dt, bytes, tm, bw, eff, wr);
+    printf("  %*s %9s %7d %3d %7s %6s %12zu %10s %12s %7s %7s%s%s\n", opWidth(), c->op->name,
+           dpsBackendName(be), c->pad_bs, c->n, vocab, dt, bytes, tm, bw, eff, wr,
+           note && note[0] ? "  " : "", note ? note : "");
   }
   fflush(stdout);
 }
@@ -793,6 +847,7 @@ static void runCase(int rank, int tp, const DpCase* c, const HostIn* h, dpsBacke
 
   /* Phase A: step-1 inputs, eager call + warm-up. */
   if (allocBufs(c, &b, tp, &l)) goto a_done;
+  if (c->op->note && c->op->note(c, comm, b.state, tp, 0, NULL, NULL, 0, &l)) goto a_done;
   if (fillInputs(c, &b, h, tp, 1, s, &l)) goto a_done;
   for (int i = 0; i < 1 + g_opt.warmup; ++i) DP_TRY_DPS(&l, runOp(c, comm, &b, tp, s), a_done);
   DP_TRY_CUDA(&l, cudaStreamSynchronize(s), a_done);
@@ -845,17 +900,39 @@ b_done:
 c_done:
   agree(rank, tp, &l, us, wrong, &a);
   if (a.worst != DP_OK) goto failed;
-  if (rank == 0) {
-    printRow(c, be, tp, a.max_value, a.wrong, NULL);
-    if (a.wrong) printf("#   ^ %lld wrong elements (sum over ranks)\n", a.wrong);
+  recordTime(c, be, a.max_value);
+  {
+    /* The operation's note on the row (its own counters, ratios to earlier
+     * rows); what it finds wrong is summed over the ranks like #wrong. */
+    char note[DP_MSG] = "";
+    long long bad = 0;
+    const long long wrong_sum = a.wrong;
+    const double row_us = a.max_value;
+    if (c->op->note) {
+      const DpRow row = {be, row_us, g_hbm_peak,
+                         (long long)(1 + g_opt.warmup) + (long long)g_opt.iters * (1 + g_opt.replays)};
+      bad = c->op->note(c, comm, b.state, tp, 1, &row, note, sizeof note, &l);
+      agree(rank, tp, &l, 0, bad, &a);
+      if (a.worst != DP_OK) {
+        snprintf(note, sizeof note, "note failed: %.300s",
+                 a.status[0] != DP_OK ? a.msg[0] : "on another rank");
+        a.wrong = 0;
+      }
+      bad = a.wrong;
+    }
+    if (rank == 0) {
+      printRow(c, be, tp, row_us, wrong_sum + bad, NULL, note);
+      if (wrong_sum) printf("#   ^ %lld wrong elements (sum over ranks)\n", wrong_sum);
+      if (bad) printf("#   ^ %lld problems in the note (sum over ranks)\n", bad);
+    }
+    tot->wrong_total += wrong_sum + bad;
   }
   tot->rows++;
-  tot->wrong_total += a.wrong;
   goto cleanup;
 
 failed:
   if (rank == 0) {
-    printRow(c, be, tp, 0, 0, a.worst == DP_UNAVAIL ? "unavailable" : "error");
+    printRow(c, be, tp, 0, 0, a.worst == DP_UNAVAIL ? "unavailable" : "error", NULL);
     printFailures(&a, tp);
   }
   tot->rows++;
@@ -967,7 +1044,7 @@ static int rankMain(int rank, int nranks, void* arg) {
         runCase(rank, tp, c, &h, g_opt.backends[i], &slots[i], s, e0, e1, &tot);
       } else {
         if (rank == 0) {
-          printRow(c, g_opt.backends[i], tp, 0, 0, "error");
+          printRow(c, g_opt.backends[i], tp, 0, 0, "error", NULL);
           printFailures(&a, tp);
         }
         tot.rows++;
@@ -1087,14 +1164,14 @@ int main(int argc, char** argv) {
     if (buildCases()) return 2;
     printf("# dry run: tp %d, %d cases x %d backend(s)\n", g_opt.tp, g_opt.ncases,
            g_opt.nbackends);
-    printf("# %8s %7s %3s %7s %6s %12s %11s\n", "op", "pad_bs", "N", "vocab", "dtype", "bytes",
-           "comm_max_bs");
+    printf("# %*s %7s %3s %7s %6s %12s %11s\n", opWidth(), "op", "pad_bs", "N", "vocab", "dtype",
+           "bytes", "comm_max_bs");
     for (int i = 0; i < g_opt.ncases; ++i) {
       const DpCase* c = &g_opt.cases[i];
       char vocab[32];
       if (c->vocab) snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
       else snprintf(vocab, sizeof vocab, "-");
-      printf("  %8s %7d %3d %7s %6s %12zu %11d\n", c->op->name, c->pad_bs, c->n, vocab,
+      printf("  %*s %7d %3d %7s %6s %12zu %11d\n", opWidth(), c->op->name, c->pad_bs, c->n, vocab,
              dtypeName(c), c->op->bytes(c, g_opt.tp), c->max_pad_bs);
     }
     return 0;

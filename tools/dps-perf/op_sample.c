@@ -1,0 +1,593 @@
+/* dps-perf operations: dpsSample, the family "sample" (-o sample runs every
+ * member below; each also runs by its own name). Each rank reads its
+ * [rows, V/tp] shard and exchanges a fixed-size record per row; bytes = the
+ * shard's bytes (algbw = logits bytes / time), the efficiency is against the
+ * HBM read peak, as for argmax and topk.
+ *
+ * Members (every parameter a device array [rows], as an engine passes them;
+ * top_k / top_p / min_p arrays only where the case uses them, as vLLM passes
+ * None for a filter no request uses; seeds and offsets differ per row):
+ *   sample_argmax   dpsArgmax on the same rows (reference: one read + argmax)
+ *   sample_topk50   dpsTopK k=50 on the same rows (reference of sample_kp)
+ *   sample_greedy   T = 0 for every row
+ *   sample_t        (a) T = 0.7, no filter
+ *   sample_kp       (b) top-k 50 + top-p 0.9, T = 0.7
+ *   sample_p        (c) top-p 0.9 alone, T = 0.7
+ *   sample_p_flat   (d) top-p 0.9, T = 0.7, every logit of the row equal (the
+ *                   nucleus is 90% of the vocabulary: the threshold search)
+ *   sample_minp     (e) min-p 0.1, T = 0.7
+ *   *_lp            the same with logprobs (t, kp, p)
+ * Rows (all but p_flat): like an LLM's logits, deterministic from (row, col,
+ * step): N(0, 2.5^2) for the bulk and 1-4 head tokens at 10..20 anywhere in
+ * the row. At T = 0.7 the bulk holds about e^18 of the mass, a head token at
+ * 20 about e^28: most rows have a nucleus of a few tokens, the rows whose
+ * heads are low (~12 and below) a nucleus spread over the bulk (the exact
+ * path). Measured on the host reference (64 x 129280, steps 1-2): top-p 0.9
+ * alone keeps 105 tokens on average and more than 64 in 1 row of 8; top-k
+ * 50 + top-p 0.9 keeps 3.6, min-p 0.1 keeps 1.9. The row's note prints
+ * which path the rows took.
+ *
+ * Shapes: the PxNxV items of -s (rows = P*N), default {8,64,1024}x129280 and
+ * {8,64,1024}x152064 (bf16). Valid when tp divides V (every rank holds every
+ * row). vocab_limit = V.
+ *
+ * #wrong counts rows (elements for the references) where:
+ *  - every sample row: the token is not an index < vocab_limit;
+ *  - greedy rows: the token is not the host argmax (ties to the lower index);
+ *  - top-k rows: the token is not in the host top-50 (value descending,
+ *    index ascending);
+ *  - min-p rows: exp((l_token - l_max)/T) < min_p (with 1e-4 slack);
+ *  - flat rows: the token is past the first ceil(0.9 V) indices (the
+ *    nucleus of a flat row under the index order);
+ *  - logprobs: |logprob - (l_token - logsumexp(row))| > 1e-4 max(1, |.|),
+ *    the logsumexp in double on the host;
+ *  - up to SMP_REF_ROWS rows per step (spread over the batch): the token is
+ *    not the host reference's (tests/fixtures/sample_ref.c, the same Philox
+ *    noise: bit for bit by contract);
+ *  - sample_argmax / sample_topk50: index or value differs from the host's.
+ * A sample row that no check above pins (T > 0, no filter, not a reference
+ * row) is only checked for a valid index.
+ *
+ * Note at the end of each row: time / (bytes / HBM read peak) ("read x"),
+ * time / sample_argmax's and (top-k members) / sample_topk50's on the same
+ * shape and backend when those ran before, and the rows by path from
+ * dpsCommGetSampleStats over every call of the case (eager, warm-up,
+ * replays); invalid calls count as wrong. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dps_perf.h"
+#include "fixtures.h"
+#include "sample_ref.h"
+
+#define SMP_K 50        /* top-k of case (b) and of the dpsTopK reference */
+#define SMP_REF_ROWS 8  /* rows per step checked against the exact host reference */
+#define SMP_HEADS 4     /* most head tokens per row */
+
+enum { KIND_SAMPLE, KIND_ARGMAX, KIND_TOPK };
+
+typedef struct {
+  int kind;
+  float temperature;
+  int top_k;   /* 0: no array */
+  float top_p; /* 1: no array */
+  float min_p; /* 0: no array */
+  int logprobs;
+  int flat;
+} Variant;
+
+/* In the order of dpOpSample[] below. */
+static const Variant kVariants[DP_SAMPLE_OPS] = {
+    {KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0},   /* sample_argmax */
+    {KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0}, /* sample_topk50 */
+    {KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0},   /* sample_greedy */
+    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0},   /* sample_t */
+    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0},   /* sample_t_lp */
+    {KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0}, /* sample_kp */
+    {KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 1, 0}, /* sample_kp_lp */
+    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 0},   /* sample_p */
+    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 1, 0},   /* sample_p_lp */
+    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 1},   /* sample_p_flat */
+    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.1f, 0, 0},   /* sample_minp */
+};
+
+static const Variant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpSample]; }
+
+/* ---- the rows ---------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x) { /* murmur3's finalizer */
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) {
+  return mix64(a * 0x9e3779b97f4a7c15ull + b * 0xc2b2ae3d27d4eb4full + c * 0x165667b19e3779f9ull);
+}
+
+/* The bulk: 2.5 x the N(0,1) quantile at (i + 1/2) / 2^16 as the dtype
+ * stores it, and its exp (for the host logsumexp). A table lookup per
+ * element keeps the host fill of 1024 x 152064 rows near a second; the
+ * tails stop at 4.3 sd, about the largest of 152064 draws. */
+#define SMP_BULK (1 << 16)
+static float g_bulk[SMP_BULK];
+static double g_bulk_exp[SMP_BULK];
+static int g_bulk_dtype = -1;
+
+static float toDtype(float x, dpsDataType_t dt) {
+  uint32_t t = 0;
+  fxStore(&t, 0, x, dt);
+  return fxLoad(&t, 0, dt);
+}
+
+static void initBulk(dpsDataType_t dt) {
+  if (g_bulk_dtype == (int)dt) return;
+  for (int i = 0; i < SMP_BULK; ++i) {
+    const double u = ((double)i + 0.5) / SMP_BULK;
+    double lo = -10.0, hi = 10.0;
+    for (int it = 0; it < 60; ++it) { /* Phi(x) = erfc(-x / sqrt 2) / 2 */
+      const double mid = 0.5 * (lo + hi);
+      if (0.5 * erfc(-mid / sqrt(2.0)) < u) lo = mid;
+      else hi = mid;
+    }
+    g_bulk[i] = toDtype((float)(2.5 * 0.5 * (lo + hi)), dt);
+    g_bulk_exp[i] = exp((double)g_bulk[i]);
+  }
+  g_bulk_dtype = (int)dt;
+}
+
+static unsigned bulkIndex(int64_t row, int64_t col, int step) {
+  return (unsigned)(hash3((uint64_t)row, (uint64_t)col, (uint64_t)step) & (SMP_BULK - 1));
+}
+
+typedef struct {
+  int n;
+  int64_t pos[SMP_HEADS];
+  float val[SMP_HEADS];
+} Heads;
+
+/* The row's head tokens (values as the dtype stores them). */
+static void rowHeads(int64_t row, int step, int64_t V, dpsDataType_t dt, Heads* h) {
+  h->n = 1 + (int)(hash3((uint64_t)row, (uint64_t)step, 0x4ead) % SMP_HEADS);
+  for (int i = 0; i < h->n; ++i) {
+    const uint64_t x = hash3((uint64_t)row, (uint64_t)step, 0x100 + (uint64_t)i);
+    h->pos[i] = (int64_t)(x % (uint64_t)V);
+    h->val[i] = toDtype(10.0f + 10.0f * (float)((x >> 40) & 0xffffff) / 16777216.0f, dt);
+  }
+}
+
+#define SMP_FLAT 1.0f /* every logit of a flat row */
+
+/* The logit at (row, col) as the dtype stores it (the bulk, or the largest
+ * head there). initBulk(dtype) first. */
+static float logitAt(const Variant* v, int64_t row, int64_t col, int step, const Heads* h) {
+  if (v->flat) return SMP_FLAT;
+  float x = g_bulk[bulkIndex(row, col, step)];
+  for (int i = 0; i < h->n; ++i)
+    if (h->pos[i] == col && h->val[i] > x) x = h->val[i];
+  return x;
+}
+
+/* The full row into row[0..V) and its sum of exp (double: the values stay
+ * below 2^5, nothing overflows), the bulk by table, then the heads. */
+static double fillRow(const Variant* v, int64_t i, int step, int64_t V, const Heads* h,
+                      float* row) {
+  double s = 0.0;
+  if (v->flat) {
+    for (int64_t j = 0; j < V; ++j) row[j] = SMP_FLAT;
+    return (double)V * exp((double)SMP_FLAT);
+  }
+  for (int64_t j = 0; j < V; ++j) {
+    const unsigned b = bulkIndex(i, j, step);
+    row[j] = g_bulk[b];
+    s += g_bulk_exp[b];
+  }
+  for (int k = 0; k < h->n; ++k)
+    if (h->val[k] > row[h->pos[k]]) {
+      s += exp((double)h->val[k]) - exp((double)row[h->pos[k]]);
+      row[h->pos[k]] = h->val[k];
+    }
+  return s;
+}
+
+/* ---- host inputs and references ------------------------------------------------- */
+
+typedef struct {
+  void* in[2]; /* this rank's shard [rows, V/tp] of steps 1 and 2 */
+  size_t in_bytes;
+  int64_t rows;
+  float* temps;
+  int32_t* topks;
+  float* topps;
+  float* minps;
+  uint64_t* seeds[2];
+  uint64_t* offsets[2];
+  int64_t* topk_idx[2]; /* [rows][SMP_K], host top-50 (column 0: the argmax) */
+  float* topk_val[2];
+  double* lse[2]; /* [rows] */
+  int nref;
+  int64_t ref_row[SMP_REF_ROWS];
+  int64_t ref_tok[2][SMP_REF_ROWS];
+} HostIn;
+
+static void hostFree(void* p) {
+  HostIn* h = (HostIn*)p;
+  for (int k = 0; k < 2; ++k) {
+    free(h->in[k]);
+    free(h->seeds[k]);
+    free(h->offsets[k]);
+    free(h->topk_idx[k]);
+    free(h->topk_val[k]);
+    free(h->lse[k]);
+  }
+  free(h->temps);
+  free(h->topks);
+  free(h->topps);
+  free(h->minps);
+  free(h);
+}
+
+/* The first SMP_K of the row in the order (value descending, index
+ * ascending), by insertion: a later index enters only above the current
+ * last, so a scan in index order keeps the order. */
+static void hostTopK(const float* row, int64_t V, int64_t* idx, float* val) {
+  int n = 0;
+  for (int64_t j = 0; j < V; ++j) {
+    const float x = row[j];
+    if (n == SMP_K && !(x > val[SMP_K - 1])) continue;
+    int at = n < SMP_K ? n++ : SMP_K - 1;
+    while (at > 0 && x > val[at - 1]) {
+      val[at] = val[at - 1];
+      idx[at] = idx[at - 1];
+      --at;
+    }
+    val[at] = x;
+    idx[at] = j;
+  }
+}
+
+static int hostInit(const DpCase* c, int rank, int tp, void** out) {
+  const Variant* v = variantOf(c);
+  HostIn* h = (HostIn*)calloc(1, sizeof *h);
+  if (!h) return 1;
+  initBulk(c->dtype);
+  const int64_t rows = (int64_t)c->pad_bs * c->n, V = c->vocab, vl = V / tp;
+  const size_t r = (size_t)rows;
+  h->rows = rows;
+  h->in_bytes = r * (size_t)vl * dpsDataTypeSize(c->dtype);
+  float* row = (float*)malloc((size_t)V * sizeof(float));
+  h->temps = (float*)malloc(r * 4);
+  h->topks = (int32_t*)malloc(r * 4);
+  h->topps = (float*)malloc(r * 4);
+  h->minps = (float*)malloc(r * 4);
+  int ok = row && h->temps && h->topks && h->topps && h->minps;
+  for (int k = 0; k < 2 && ok; ++k) {
+    h->in[k] = malloc(h->in_bytes);
+    h->seeds[k] = (uint64_t*)malloc(r * 8);
+    h->offsets[k] = (uint64_t*)malloc(r * 8);
+    h->topk_idx[k] = (int64_t*)malloc(r * SMP_K * 8);
+    h->topk_val[k] = (float*)malloc(r * SMP_K * 4);
+    h->lse[k] = (double*)malloc(r * 8);
+    ok = h->in[k] && h->seeds[k] && h->offsets[k] && h->topk_idx[k] && h->topk_val[k] && h->lse[k];
+  }
+  if (!ok) {
+    free(row);
+    hostFree(h);
+    return 1;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    h->temps[i] = v->temperature;
+    h->topks[i] = v->top_k;
+    h->topps[i] = v->top_p;
+    h->minps[i] = v->min_p;
+  }
+  /* the exact reference's rows: spread over the batch, the last one included */
+  const int64_t stride = rows > SMP_REF_ROWS ? rows / SMP_REF_ROWS : 1;
+  h->nref = 0;
+  for (int64_t i = 0; i < rows && h->nref < SMP_REF_ROWS; i += stride) h->ref_row[h->nref++] = i;
+  if (h->nref > 0) h->ref_row[h->nref - 1] = rows - 1;
+
+  for (int k = 0; k < 2; ++k) {
+    const int step = k + 1;
+    int next_ref = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      /* per-row seeds and offsets that change with the step, as an engine's */
+      h->seeds[k][i] = hash3((uint64_t)i, (uint64_t)step, 0x5eed);
+      h->offsets[k][i] = (uint64_t)step * 4096u + (uint64_t)i;
+      Heads hd;
+      rowHeads(i, step, V, c->dtype, &hd);
+      h->lse[k][i] = log(fillRow(v, i, step, V, &hd, row));
+      for (int64_t j = 0; j < vl; ++j)
+        fxStore(h->in[k], (size_t)(i * vl + j), row[rank * vl + j], c->dtype);
+      hostTopK(row, V, h->topk_idx[k] + i * SMP_K, h->topk_val[k] + i * SMP_K);
+      if (v->kind == KIND_SAMPLE && next_ref < h->nref && h->ref_row[next_ref] == i) {
+        fxSampleParams p = fxSampleParamsDefault(V);
+        p.temperature = v->temperature;
+        p.top_k = v->top_k;
+        p.top_p = v->top_p;
+        p.min_p = v->min_p;
+        float lp = 0.f;
+        if (fxRefSampleToken(row, V, &p, h->seeds[k][i], h->offsets[k][i],
+                             &h->ref_tok[k][next_ref], &lp) != 0)
+          h->ref_tok[k][next_ref] = -1; /* out of memory: counted wrong, not hidden */
+        ++next_ref;
+      }
+    }
+  }
+  free(row);
+  *out = h;
+  return 0;
+}
+
+/* ---- device buffers ------------------------------------------------------------- */
+
+typedef struct {
+  const Variant* v;
+  size_t rows, per, es, in_bytes;
+  void* in_d;
+  int64_t* tok_d; /* tokens, or the references' indices [rows][per] */
+  void* val_d;    /* the references' values */
+  float* lp_d;
+  float* temps_d;
+  int32_t* topks_d;
+  float* topps_d;
+  float* minps_d;
+  uint64_t* seeds_d;
+  uint64_t* offsets_d;
+  int64_t* tok_h;
+  void* val_h;
+  float* lp_h;
+  dpsSampleParams_t params;
+  dpsSampleStats_t base; /* the communicator's counters before this case */
+  int have_base;
+  const HostIn* host; /* set by fill */
+} Bufs;
+
+static void teardown(void* p) {
+  Bufs* b = (Bufs*)p;
+  cudaFree(b->in_d);
+  cudaFree(b->tok_d);
+  cudaFree(b->val_d);
+  cudaFree(b->lp_d);
+  cudaFree(b->temps_d);
+  cudaFree(b->topks_d);
+  cudaFree(b->topps_d);
+  cudaFree(b->minps_d);
+  cudaFree(b->seeds_d);
+  cudaFree(b->offsets_d);
+  free(b->tok_h);
+  free(b->val_h);
+  free(b->lp_h);
+  free(b);
+}
+
+static int setup(const DpCase* c, int tp, void** out, DpLocal* l) {
+  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
+  if (!b) return 1;
+  *out = b;
+  const Variant* v = variantOf(c);
+  b->v = v;
+  b->rows = (size_t)c->pad_bs * (size_t)c->n;
+  b->per = v->kind == KIND_TOPK ? SMP_K : 1;
+  b->es = dpsDataTypeSize(c->dtype);
+  b->in_bytes = b->rows * (size_t)(c->vocab / tp) * b->es;
+  const size_t r = b->rows;
+  DP_TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->tok_d, r * b->per * 8), fail);
+  DP_TRY_CUDA(l, cudaMalloc(&b->val_d, r * b->per * b->es), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->lp_d, r * 4), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->temps_d, r * 4), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->topks_d, r * 4), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->topps_d, r * 4), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->minps_d, r * 4), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->seeds_d, r * 8), fail);
+  DP_TRY_CUDA(l, cudaMalloc((void**)&b->offsets_d, r * 8), fail);
+  if (!(b->tok_h = (int64_t*)dpHostAlloc(l, r * b->per * 8, 0)) ||
+      !(b->val_h = dpHostAlloc(l, r * b->per * b->es, 0)) ||
+      !(b->lp_h = (float*)dpHostAlloc(l, r * 4, 0)))
+    return 1;
+  dpsSampleParams_t prm = DPS_SAMPLE_PARAMS_INITIALIZER;
+  prm.temperatures = b->temps_d;
+  prm.seeds = b->seeds_d;
+  prm.offsets = b->offsets_d;
+  if (v->top_k > 0) prm.top_ks = b->topks_d;
+  if (v->top_p < 1.0f) prm.top_ps = b->topps_d;
+  if (v->min_p > 0.0f) prm.min_ps = b->minps_d;
+  b->params = prm;
+  return 0;
+fail:
+  return 1;
+}
+
+static int fill(const DpCase* c, void* p, const void* hp, int tp, int step, cudaStream_t s,
+                DpLocal* l) {
+  (void)c;
+  (void)tp;
+  Bufs* b = (Bufs*)p;
+  const HostIn* h = (const HostIn*)hp;
+  const int k = step - 1;
+  const size_t r = b->rows;
+  b->host = h;
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->in_d, h->in[k], b->in_bytes, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->temps_d, h->temps, r * 4, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->topks_d, h->topks, r * 4, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->topps_d, h->topps, r * 4, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->minps_d, h->minps, r * 4, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->seeds_d, h->seeds[k], r * 8, cudaMemcpyHostToDevice, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(b->offsets_d, h->offsets[k], r * 8, cudaMemcpyHostToDevice, s),
+              fail);
+  /* outputs a call did not write show up as wrong (an invalid index, NaN) */
+  DP_TRY_CUDA(l, cudaMemsetAsync(b->tok_d, 0xab, r * b->per * 8, s), fail);
+  DP_TRY_CUDA(l, cudaMemsetAsync(b->lp_d, 0xff, r * 4, s), fail);
+  return 0;
+fail:
+  return 1;
+}
+
+static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStream_t s) {
+  Bufs* b = (Bufs*)p;
+  const int64_t rows = (int64_t)b->rows, vl = c->vocab / tp;
+  switch (b->v->kind) {
+    case KIND_ARGMAX:
+      return dpsArgmax(comm, b->in_d, rows, vl, c->dtype, c->vocab, b->val_d, b->tok_d, NULL, s);
+    case KIND_TOPK:
+      return dpsTopK(comm, b->in_d, rows, vl, c->dtype, SMP_K, c->vocab, b->val_d, b->tok_d, s);
+    default:
+      return dpsSample(comm, b->in_d, rows, vl, c->dtype, c->vocab, &b->params, b->tok_d,
+                       b->v->logprobs ? b->lp_d : NULL, s);
+  }
+}
+
+/* ---- check ------------------------------------------------------------------------ */
+
+/* 1 when the sample row's token (and logprob) break a rule of the header. */
+static int wrongRow(const DpCase* c, const Bufs* b, const HostIn* h, int k, int64_t i,
+                    int64_t tok, float lp) {
+  const Variant* v = b->v;
+  const int64_t V = c->vocab;
+  if (tok < 0 || tok >= V) return 1;
+  const int64_t* top = h->topk_idx[k] + i * SMP_K;
+  const float* topv = h->topk_val[k] + i * SMP_K;
+  if (v->temperature == 0.0f && tok != top[0]) return 1;
+  Heads hd;
+  initBulk(c->dtype);
+  rowHeads(i, k + 1, V, c->dtype, &hd);
+  const float lt = logitAt(v, i, tok, k + 1, &hd);
+  if (!isfinite(lt)) return 1;
+  if (v->top_k > 0 && v->temperature > 0.0f) {
+    /* in the top-k: above the k-th, or tied with it at a lower index */
+    const float vk = topv[v->top_k - 1];
+    if (!(lt > vk || (lt == vk && tok <= top[v->top_k - 1]))) return 1;
+  }
+  if (v->min_p > 0.0f && v->temperature > 0.0f &&
+      ((double)lt - (double)topv[0]) / v->temperature < log((double)v->min_p) - 1e-4)
+    return 1;
+  if (v->flat && v->top_p < 1.0f && (double)tok >= ceil((double)v->top_p * (double)V)) return 1;
+  if (v->logprobs) {
+    const double want = (double)lt - h->lse[k][i];
+    if (!(fabs((double)lp - want) <= 1e-4 * fmax(1.0, fabs(want)))) return 1;
+  }
+  for (int j = 0; j < h->nref; ++j)
+    if (h->ref_row[j] == i && tok != h->ref_tok[k][j]) return 1;
+  return 0;
+}
+
+static long long check(const DpCase* c, void* p, int rank, int tp, int step, cudaStream_t s,
+                       DpLocal* l) {
+  (void)rank;
+  (void)tp;
+  Bufs* b = (Bufs*)p;
+  const HostIn* h = b->host;
+  const int k = step - 1;
+  const size_t r = b->rows, per = b->per;
+  DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
+  DP_TRY_CUDA(l, cudaMemcpy(b->tok_h, b->tok_d, r * per * 8, cudaMemcpyDeviceToHost), fail);
+  if (b->v->kind != KIND_SAMPLE)
+    DP_TRY_CUDA(l, cudaMemcpy(b->val_h, b->val_d, r * per * b->es, cudaMemcpyDeviceToHost), fail);
+  if (b->v->logprobs)
+    DP_TRY_CUDA(l, cudaMemcpy(b->lp_h, b->lp_d, r * 4, cudaMemcpyDeviceToHost), fail);
+  long long wrong = 0;
+  for (size_t i = 0; i < r; ++i) {
+    if (b->v->kind == KIND_SAMPLE) {
+      wrong += wrongRow(c, b, h, k, (int64_t)i, b->tok_h[i], b->lp_h[i]);
+      continue;
+    }
+    for (size_t j = 0; j < per; ++j) /* argmax: column 0 of the host top-k */
+      wrong += b->tok_h[i * per + j] != h->topk_idx[k][i * SMP_K + j] ||
+               !(fxLoad(b->val_h, i * per + j, c->dtype) == h->topk_val[k][i * SMP_K + j]);
+  }
+  return wrong;
+fail:
+  return 0;
+}
+
+/* ---- note: ratios and paths ------------------------------------------------------- */
+
+static size_t bytes(const DpCase* c, int tp) {
+  return (size_t)c->pad_bs * (size_t)c->n * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
+}
+
+static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phase,
+                      const DpRow* row, char* out, size_t len, DpLocal* l) {
+  (void)l;
+  Bufs* b = (Bufs*)p;
+  const int sampling = b->v->kind == KIND_SAMPLE;
+  if (phase == 0) {
+    /* counters are the communicator's, over every case it ran: keep the base */
+    b->have_base = sampling && dpsCommGetSampleStats(comm, &b->base) == dpsSuccess;
+    return 0;
+  }
+  size_t n = 0;
+#define SMP_PUT(...)                                                          \
+  do {                                                                        \
+    if (n < len) {                                                            \
+      const int w_ = snprintf(out + n, len - n, __VA_ARGS__);                 \
+      if (w_ > 0) n += (size_t)w_;                                            \
+    }                                                                         \
+  } while (0)
+  out[0] = 0;
+  if (row->hbm_peak > 0 && row->us > 0)
+    SMP_PUT("read x%.2f", row->us / ((double)bytes(c, tp) / (row->hbm_peak * 1e3)));
+  const double am = dpRowTime("sample_argmax", c, row->backend);
+  if (b->v->kind != KIND_ARGMAX && am > 0) SMP_PUT(" | argmax x%.2f", row->us / am);
+  const double tk = dpRowTime("sample_topk50", c, row->backend);
+  if (sampling && b->v->top_k > 0 && tk > 0) SMP_PUT(" | topk50 x%.2f", row->us / tk);
+  if (!sampling) return 0;
+  dpsSampleStats_t st;
+  if (!b->have_base || dpsCommGetSampleStats(comm, &st) != dpsSuccess) {
+    SMP_PUT(" | paths: dpsCommGetSampleStats failed: %.120s", dpsGetLastError());
+    return 0;
+  }
+  const unsigned long long g = st.rows_greedy - b->base.rows_greedy,
+                           f = st.rows_fast - b->base.rows_fast,
+                           e = st.rows_exact - b->base.rows_exact,
+                           bad = st.invalid_calls - b->base.invalid_calls;
+  const double all = (double)(g + f + e) > 0 ? (double)(g + f + e) : 1.0;
+  SMP_PUT(" | rows greedy %.1f%% fast %.1f%% exact %.1f%% (%llu rows, %lld calls)", 100.0 * g / all,
+          100.0 * f / all, 100.0 * e / all, g + f + e, row->calls);
+  if (bad) SMP_PUT(" | INVALID CALLS %llu: %.120s", bad, dpsGetLastError());
+#undef SMP_PUT
+  return (long long)bad;
+}
+
+/* ---- cases ---------------------------------------------------------------------- */
+
+static void addCases(const DpOp* self, const DpCaseArgs* a) {
+  static const DpShape kShapes[] = {{8, 1, 129280},  {64, 1, 129280},  {1024, 1, 129280},
+                                    {8, 1, 152064},  {64, 1, 152064},  {1024, 1, 152064}};
+  const DpShape* list = a->shapes ? a->shapes : kShapes;
+  const int count = a->shapes ? a->nshapes : (int)(sizeof kShapes / sizeof kShapes[0]);
+  for (int i = 0; i < count; ++i) {
+    if (!list[i].vocab) continue;
+    if (a->ndtypes)
+      for (int d = 0; d < a->ndtypes; ++d)
+        dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, a->dtypes[d]);
+    else
+      dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, dpsBfloat16);
+  }
+}
+
+/* every rank holds every row: only the vocabulary is cut */
+static int valid(const DpCase* c, int tp) { return c->vocab % tp == 0; }
+
+static const char* const kAliases[] = {"sample", NULL};
+
+#define SMP_OP(NAME)                                                                      \
+  {                                                                                       \
+    .name = NAME, .aliases = kAliases, .add_cases = addCases, .valid = valid,             \
+    .bytes = bytes, .host_init = hostInit, .host_free = hostFree, .setup = setup,         \
+    .fill = fill, .run = run, .check = check, .teardown = teardown, .hbm = 1,             \
+    .note = note,                                                                         \
+  }
+
+/* The references first: the members' notes divide by their times. */
+const DpOp dpOpSample[DP_SAMPLE_OPS] = {
+    SMP_OP("sample_argmax"), SMP_OP("sample_topk50"), SMP_OP("sample_greedy"),
+    SMP_OP("sample_t"),      SMP_OP("sample_t_lp"),   SMP_OP("sample_kp"),
+    SMP_OP("sample_kp_lp"),  SMP_OP("sample_p"),      SMP_OP("sample_p_lp"),
+    SMP_OP("sample_p_flat"), SMP_OP("sample_minp"),
+};
