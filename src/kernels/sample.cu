@@ -594,11 +594,15 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
         }
       }
     }
-    st.has_thr = 1;
-    st.tkey = st.prefix;
-    st.qall = all;
-    if (!all)
-      for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) st.quota[r] = q[r];
+    /* a whole bin at or below the top-k threshold keeps all of S: the top-k
+     * threshold (and its quotas) stays */
+    if (!(all && st.has_thr && st.prefix <= st.tkey)) {
+      st.has_thr = 1;
+      st.tkey = st.prefix;
+      st.qall = all;
+      if (!all)
+        for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) st.quota[r] = q[r];
+    }
     st.mode = MODE_RACE;
     st.round = 0;
     return;
