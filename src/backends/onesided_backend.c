@@ -579,6 +579,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   sink.c = st->common;
   sink.op = DPS_OS_OP_RECORDS;
   sink.cap = L->cap_rec;
+  sink.max_blocks = st->maxb; /* waiting kernels of ranks sharing a GPU must all be resident */
   for (int r = 0; r < L->tp; ++r) sink.stage_peer.p[r] = st->va.peer[r] + L->off_rec;
   DPS_CHECK(op->local(op, &sink, stream));
   dpsRecSource src;
@@ -588,6 +589,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   src.op = DPS_OS_OP_RECORDS;
   src.stage = st->va.base + L->off_rec;
   src.cap = L->cap_rec;
+  src.max_blocks = st->maxb;
   dpsResult_t r = op->merge(op, &src, stream);
   /* without its merge this step's records stay unread while the next step
    * overwrites the other parity: the ranks would no longer pair steps */

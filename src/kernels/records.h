@@ -31,6 +31,7 @@ typedef struct {
   int op;                /* DPS_REC_LL: the epoch counter (DPS_OS_OP_*) */
   dpsOsPeers stage_peer; /* DPS_REC_LL: every rank's staging */
   long long cap;         /* DPS_REC_LL: lines per (parity, src) */
+  int max_blocks;        /* the most blocks a kernel may run (0: any) */
 } dpsRecSink;
 
 typedef struct {
@@ -40,6 +41,7 @@ typedef struct {
   int op;
   const char* stage;        /* ll: the local staging */
   long long cap;
+  int max_blocks;           /* the most blocks a kernel may run (0: any) */
 } dpsRecSource;
 
 #ifdef __cplusplus

@@ -36,6 +36,7 @@ constexpr int MERGE_THREADS = 256;
 constexpr float GUMBEL_MAX = 22.875f;
 constexpr float LN2_32 = 22.18070978f; /* 32 ln 2 */
 constexpr float TERM_SCALE = 1099511627776.0f; /* 2^40 */
+constexpr float LOG2E_16 = LOG2E * 0.0625f;     /* exact: the same mantissa */
 constexpr uint32_t KEY_NEG_INF = 0x007fffffu;   /* orderKey(-inf): valid keys are above */
 constexpr long long ZB_NONE = LLONG_MIN;
 
@@ -141,12 +142,13 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
   a = r;
 }
 
-/* Adds 2^y (y finite) as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16). */
-__device__ __forceinline__ void zAdd(Zb& z, float y) {
-  const float fb = floorf(__fmul_rn(y, 0.0625f));
+/* Adds 2^y as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16); y16 = y / 16
+ * (finite: the score times log2(e) / 16, which cannot overflow). */
+__device__ __forceinline__ void zAdd(Zb& z, float y16) {
+  const float fb = floorf(y16);
   const float fbc = fminf(fmaxf(fb, -1099511627776.f), 1099511627776.f); /* |b| <= 2^40 */
   const long long bi = (long long)fbc;
-  const float f = fminf(fmaxf(__fsub_rn(y, __fmul_rn(fbc, 16.f)), 0.f), 15.9999f);
+  const float f = fminf(fmaxf(__fmul_rn(__fsub_rn(y16, fbc), 16.f), 0.f), 15.9999f);
   const u64 t = __float2ull_rz(__fmul_rn(fastExp2(f), 16777216.f));
   if (bi > z.b) {
     const long long d = z.b == ZB_NONE ? 4 : bi - z.b;
@@ -372,10 +374,10 @@ struct FirstVisit {
         h.lmax = x;
         h.aidx = gi;
       }
-      if (ZRAW && x < INFINITY) zAdd(h.zraw, __fmul_rn(x, LOG2E));
+      if (ZRAW && x < INFINITY) zAdd(h.zraw, __fmul_rn(x, LOG2E_16));
       if (ZS) {
-        const float y = __fmul_rn(dpsSampleScore(x, T), LOG2E);
-        if (y > -INFINITY && y < INFINITY) zAdd(h.zs, y);
+        const float y16 = __fmul_rn(dpsSampleScore(x, T), LOG2E_16);
+        if (y16 > -INFINITY && y16 < INFINITY) zAdd(h.zs, y16);
       }
       if (RACE) race.visit(x, gi);
     }
@@ -421,6 +423,13 @@ static_assert(sizeof(SState) <= DPS_SAMPLE_STATE_BYTES, "state slot");
 __device__ __forceinline__ u64 massTerm(float x, float T, float smax) {
   const float d = __fmul_rn(__fsub_rn(dpsSampleScore(x, T), smax), LOG2E);
   return __float2ull_rz(__fmul_rn(fastExp2(d), TERM_SCALE));
+}
+
+/* top_p * Z as the integer bound of the masses before a kept index: at
+ * least 1 (the first index always stays), NaN and overflow clamped. */
+__device__ __forceinline__ u64 ceilMass(double p) {
+  if (!(p >= 1.0)) return 1ull;
+  return p >= 9.2e18 ? 9200000000000000000ull : (u64)ceil(p);
 }
 
 /* Digit of round r: bits [shift, shift + width) of the order key. */
@@ -569,8 +578,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
   }
   /* MODE_P: keep an index iff the mass before it is < P */
   if (st.round == 0) {
-    const double p = (double)st.top_p * (double)total;
-    st.P = p >= 9.2e18 ? (u64)9.2e18 : (u64)ceil(p);
+    st.P = ceilMass((double)st.top_p * (double)total);
     st.above = 0ull;
   }
   u64 above = st.above;
@@ -822,9 +830,8 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
       }
       u64 Z = t[0] + t[1];
       for (int o = 16; o > 0; o >>= 1) Z += __shfl_xor_sync(0xffffffffu, Z, o);
-      const double p = (double)q.top_p * (double)Z;
       bool reached;
-      prefixKeep(nS, (u64)ceil(p), &nk, &reached);
+      prefixKeep(nS, ceilMass((double)q.top_p * (double)Z), &nk, &reached);
     }
     return raceCand(nk);
   }
@@ -839,11 +846,10 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
      * scale (2^40 at smax) */
     const u64 Zf = h.zs.s0 + (h.zs.s1 >> 16) + (h.zs.s2 >> 32) + (h.zs.s3 >> 48);
-    const double ex = (double)(16 * h.zs.b + 16) - (double)__fmul_rn(smax, LOG2E);
+    const double ex = (double)(16 * h.zs.b + 16) - 16.0 * (double)__fmul_rn(smax, LOG2E_16);
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
-    const double p = (double)q.top_p * z;
-    const u64 P = p >= 9.2e18 ? (u64)9.2e18 : (u64)ceil(p);
+    const u64 P = ceilMass((double)q.top_p * z);
     int nk;
     bool reached;
     prefixKeep(ncand, P, &nk, &reached);
@@ -932,21 +938,18 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
 }
 
 /* ---- the kernels --------------------------------------------------------------------- */
-/* The first pass: rows x chunks blocks; the last block of a row to finish
- * merges the chunks' records, then draws (tp == 1) or emits the record. */
-__global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
+/* The first pass of item = row * chunks + chunk; the last chunk of a row to
+ * finish merges the chunks' records, then draws (tp == 1) or emits the
+ * record. */
+__device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e, bool bad) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
   __shared__ u64 s_lists[DPS_SAMPLE_MAX_CHUNKS * CAND];
   __shared__ uint32_t s_rec[DPS_SAMPLE_MAX_WORDS];
   __shared__ SState s_st;
   __shared__ int s_last;
-  const long long row = blockIdx.x / a.chunks;
-  const int chunk = (int)(blockIdx.x % a.chunks);
-  dpsPdlWait();
-  const bool ll = a.sink.kind == DPS_REC_LL;
-  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
-  if (e == 0) return;
+  const long long row = item / a.chunks;
+  const int chunk = (int)(item % a.chunks);
   RowP q = rowParams(a.p, row);
   uint32_t bits;
   if (badArg(q, &bits)) { /* nothing is written; keep the pass well-defined */
@@ -983,7 +986,7 @@ __global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
   const int words = DPS_SAMPLE_FIRST_WORDS(a.cand);
   if (a.chunks > 1) {
     /* this chunk's record into the partials; the last chunk merges them */
-    uint32_t* part = a.s.partial + (size_t)blockIdx.x * DPS_SAMPLE_MAX_WORDS;
+    uint32_t* part = a.s.partial + (size_t)item * DPS_SAMPLE_MAX_WORDS;
     if (threadIdx.x == 0) hdrPack(s_hdr, part);
     for (int j = threadIdx.x; j < a.cand; j += blockDim.x) {
       part[HDR + 2 * j] = (uint32_t)s_sel[j];
@@ -997,10 +1000,7 @@ __global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
       if (s_last) a.s.tickets[row] = 0u;
     }
     __syncthreads();
-    if (!s_last) {
-      if (ll) finishEpoch(a.sink.c, a.sink.op, e);
-      return;
-    }
+    if (!s_last) return;
     __threadfence();
     const uint32_t* parts = a.s.partial + (size_t)row * a.chunks * DPS_SAMPLE_MAX_WORDS;
     if (threadIdx.x == 0) {
@@ -1024,7 +1024,6 @@ __global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
     __syncthreads();
   }
   if (a.sink.kind == DPS_REC_FINAL) {
-    const bool bad = callInvalid(a, row == 0);
     __shared__ int s_path;
     if (threadIdx.x < 32) {
       const int path = decide(a, row, q, s_hdr, s_sel, bad, &s_st);
@@ -1042,20 +1041,32 @@ __global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
   }
   __syncthreads();
   recEmit(a.sink, row, words, s_rec, e);
+}
+
+/* Items of a kernel over a grid that may be capped (the onesided grid cap:
+ * ranks sharing a GPU must all stay resident), one block at a time. */
+#define FOR_ITEMS(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)
+
+__global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
+  dpsPdlWait();
+  const bool ll = a.sink.kind == DPS_REC_LL;
+  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
+  if (e == 0) return;
+  /* tp == 1 writes the outputs here: the call's validity first */
+  const bool bad = a.sink.kind == DPS_REC_FINAL && callInvalid(a, blockIdx.x == 0);
+  FOR_ITEMS(item, a.rows * a.chunks) {
+    __syncthreads();
+    firstItem(a, item, e, bad);
+  }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
 
 /* The local pass of a search round or of the race (tp > 1): one block per
  * row; rows not in the step's mode move nothing. */
-__global__ void __launch_bounds__(THREADS) stepKernel(dpsSampleArgs a) {
+__device__ void stepItem(const dpsSampleArgs& a, long long row, u64 e) {
   __shared__ u64 s_bins[BINS];
   __shared__ uint32_t s_rec[DPS_SAMPLE_PSEARCH_WORDS];
   __shared__ SState s_st;
-  const long long row = blockIdx.x;
-  dpsPdlWait();
-  const bool ll = a.sink.kind == DPS_REC_LL;
-  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
-  if (e == 0) return;
   if (threadIdx.x == 0) s_st = *stateOf(a, row);
   __syncthreads();
   const int want = a.step == DPS_SAMPLE_STEP_KSEARCH   ? MODE_K
@@ -1087,11 +1098,23 @@ __global__ void __launch_bounds__(THREADS) stepKernel(dpsSampleArgs a) {
     __syncthreads();
     recEmit(a.sink, row, a.words, s_rec, e);
   }
+}
+
+__global__ void __launch_bounds__(THREADS) stepKernel(dpsSampleArgs a) {
+  dpsPdlWait();
+  const bool ll = a.sink.kind == DPS_REC_LL;
+  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
+  if (e == 0) return;
+  FOR_ITEMS(row, a.rows) {
+    __syncthreads();
+    stepItem(a, row, e);
+  }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
 
 /* The merge of a step (tp > 1): one block per row. */
-__global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
+/* false when a wait gave up (the communicator failed). */
+__device__ bool mergeItem(const dpsSampleArgs& a, long long row, u64 e, bool bad) {
   __shared__ uint32_t s_rec[DPS_OS_MAX_RANKS * DPS_SAMPLE_MAX_WORDS];
   __shared__ u64 s_lists[DPS_OS_MAX_RANKS * CAND];
   __shared__ u64 s_sel[CAND];
@@ -1099,14 +1122,9 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
   __shared__ Hdr s_hdr;
   __shared__ SState s_st;
   __shared__ int s_path;
-  const long long row = blockIdx.x;
-  dpsPdlWait();
-  const u64 e = mergeEpoch(a.src);
-  if (e == 0) return;
   const int tp = a.tp;
-  const bool bad = callInvalid(a, row == 0 && a.step == DPS_SAMPLE_STEP_FIRST);
   if (a.step == DPS_SAMPLE_STEP_FIRST) {
-    if (!recFetch(a.src, tp, a.rows, row, a.words, s_rec, e)) return;
+    if (!recFetch(a.src, tp, a.rows, row, a.words, s_rec, e)) return false;
     if (threadIdx.x == 0) {
       Hdr h, t;
       hdrUnpack(s_rec, h);
@@ -1146,15 +1164,15 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
       if (bad) s_st.mode = MODE_DONE; /* nothing more is drawn or written */
       *stateOf(a, row) = s_st;
     }
-    return;
+    return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);
   __syncthreads();
   const int want = a.step == DPS_SAMPLE_STEP_KSEARCH   ? MODE_K
                    : a.step == DPS_SAMPLE_STEP_PSEARCH ? MODE_P
                                                        : MODE_RACE;
-  if (s_st.mode != want) return;
-  if (!recFetch(a.src, tp, a.rows, row, a.words, s_rec, e)) return;
+  if (s_st.mode != want) return true;
+  if (!recFetch(a.src, tp, a.rows, row, a.words, s_rec, e)) return false;
   if (want == MODE_RACE) {
     if (threadIdx.x == 0) {
       float bk = -INFINITY, bv = -INFINITY;
@@ -1171,7 +1189,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
       s_st.mode = MODE_DONE;
       *stateOf(a, row) = s_st;
     }
-    return;
+    return true;
   }
   for (int i = threadIdx.x; i < tp * BINS; i += blockDim.x) {
     const int r = i / BINS, d = i % BINS;
@@ -1183,19 +1201,37 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
     searchMerge(s_st, s_bins, tp);
     *stateOf(a, row) = s_st;
   }
+  return true;
+}
+
+__global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
+  dpsPdlWait();
+  const u64 e = mergeEpoch(a.src);
+  if (e == 0) return;
+  const bool bad = callInvalid(a, blockIdx.x == 0 && a.step == DPS_SAMPLE_STEP_FIRST);
+  FOR_ITEMS(row, a.rows) {
+    __syncthreads();
+    if (!mergeItem(a, row, e, bad)) return;
+  }
 }
 
 }  // namespace
 
+static unsigned capped(long long items, int cap) {
+  return (unsigned)(cap > 0 && items > cap ? cap : items);
+}
+
 extern "C" cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream) {
   if (a->step == DPS_SAMPLE_STEP_FIRST)
-    return dpsLaunch(firstKernel, dim3((unsigned)(a->rows * a->chunks)), dim3(THREADS), stream,
-                     a->pdl, *a);
-  return dpsLaunch(stepKernel, dim3((unsigned)a->rows), dim3(THREADS), stream, a->pdl, *a);
+    return dpsLaunch(firstKernel, dim3(capped(a->rows * a->chunks, a->sink.max_blocks)),
+                     dim3(THREADS), stream, a->pdl, *a);
+  return dpsLaunch(stepKernel, dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream,
+                   a->pdl, *a);
 }
 
 extern "C" cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream) {
-  return dpsLaunch(mergeKernel, dim3((unsigned)a->rows), dim3(MERGE_THREADS), stream, a->pdl, *a);
+  return dpsLaunch(mergeKernel, dim3(capped(a->rows, a->src.max_blocks)), dim3(MERGE_THREADS),
+                   stream, a->pdl, *a);
 }
 
 extern "C" cudaError_t dpsPreloadSampleKernels(void) {
