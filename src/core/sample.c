@@ -12,7 +12,7 @@
 
 /* ---- scratch ---------------------------------------------------------------------- */
 typedef struct {
-  size_t state, partial, tickets, counters, bytes;
+  size_t state, partial, records, tickets, counters, bytes;
 } ScratchLayout;
 
 static int64_t maxRows(dpsComm_t comm) {
@@ -24,7 +24,8 @@ static ScratchLayout scratchLayout(dpsComm_t comm) {
   const size_t rows = (size_t)maxRows(comm);
   L.state = 0;
   L.partial = dpsRoundUp(rows * DPS_SAMPLE_STATE_BYTES, 256);
-  L.tickets = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
+  L.records = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
+  L.tickets = L.records + dpsRoundUp(rows * DPS_SAMPLE_MAX_WORDS * 4, 256);
   L.counters = L.tickets + dpsRoundUp(rows * sizeof(unsigned int), 256);
   L.bytes = L.counters + sizeof(dpsSampleCounters);
   return L;
@@ -36,6 +37,7 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   dpsSampleScratch s;
   s.state = b + L.state;
   s.partial = (uint32_t*)(b + L.partial);
+  s.records = (uint32_t*)(b + L.records);
   s.tickets = (unsigned int*)(b + L.tickets);
   s.counters = (dpsSampleCounters*)(b + L.counters);
   return s;
@@ -147,9 +149,14 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
 
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
                              int may_filter, cudaStream_t stream) {
-  if (comm->config.tp_size == 1) {
-    a->sink.kind = DPS_REC_FINAL;
-    return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
+  if (comm->config.tp_size == 1) { /* the records stay on the device: no exchange */
+    a->step = DPS_SAMPLE_STEP_FIRST;
+    a->words = DPS_SAMPLE_FIRST_WORDS(a->cand);
+    a->sink.kind = DPS_REC_PLAIN;
+    a->sink.plain = a->s.records;
+    DPS_CHECK(launched(dpsLaunchSampleLocal(a, stream), "local", a->rows));
+    a->src.gathered = a->s.records;
+    return launched(dpsLaunchSampleMerge(a, stream), "merge", a->rows);
   }
   if (comm->ops->records == NULL)
     return dpsSetError(dpsUnavailable, "sample: the %s backend cannot exchange records",

@@ -19,8 +19,7 @@ extern "C" {
 #endif
 
 enum {
-  DPS_REC_FINAL = 0, /* tp == 1: no exchange, the local pass finishes the op */
-  DPS_REC_PLAIN = 1, /* plain[row * words + w] (nccl: all-gathered) */
+  DPS_REC_PLAIN = 1, /* plain[row * words + w] (nccl: all-gathered; tp == 1: kept) */
   DPS_REC_LL = 2     /* LL lines into every rank's staging (onesided) */
 };
 

@@ -31,7 +31,7 @@ constexpr int WARPS = THREADS / 32;
 constexpr int CAND = DPS_SAMPLE_CAND;
 constexpr int HDR = DPS_SAMPLE_HDR_WORDS;
 constexpr int BINS = DPS_SAMPLE_BINS;
-constexpr int MERGE_THREADS = 256;
+constexpr int MERGE_THREADS = 512; /* tp == 1: the exact path's passes */
 /* G <= -log(-log(1 - 2^-33)) = 22.874 (sample_rng.h) */
 constexpr float GUMBEL_MAX = 22.875f;
 constexpr float LN2_32 = 22.18070978f; /* 32 ln 2 */
@@ -308,10 +308,10 @@ __device__ void blockHdrReduce(Hdr h, Hdr* out) {
 struct Race {
   float T, invT;
   bool prune;
-  uint32_t key[2];
+  uint32_t k0, k1;
   u64 offset;
   u64 cq;
-  uint32_t cw[4];
+  uint32_t w0, w1, w2, w3; /* the Philox words of counter cq */
   float bk;
   uint32_t bi;
   float bv;
@@ -320,8 +320,8 @@ struct Race {
     T = t;
     invT = __frcp_rn(t);
     prune = isfinite(invT);
-    key[0] = (uint32_t)seed;
-    key[1] = (uint32_t)(seed >> 32);
+    k0 = (uint32_t)seed;
+    k1 = (uint32_t)(seed >> 32);
     offset = off;
     cq = ~0ull;
     bk = -INFINITY;
@@ -334,12 +334,18 @@ struct Race {
     if (prune && bi != NO_INDEX && sa + (GUMBEL_MAX + margin) < bk) return;
     const u64 q = (u64)gi >> 2;
     if (q != cq) {
-      uint32_t ctr[4];
+      uint32_t ctr[4], out[4];
+      const uint32_t key[2] = {k0, k1};
       dpsSampleCounter(offset, (int64_t)gi, ctr);
-      dpsPhilox4x32_10(ctr, key, cw);
+      dpsPhilox4x32_10(ctr, key, out);
+      w0 = out[0];
+      w1 = out[1];
+      w2 = out[2];
+      w3 = out[3];
       cq = q;
     }
-    const uint32_t xb = cw[gi & 3u];
+    const uint32_t sel = gi & 3u; /* selects, not an indexed array: registers */
+    const uint32_t xb = sel == 0u ? w0 : sel == 1u ? w1 : sel == 2u ? w2 : w3;
     if (prune && bi != NO_INDEX) {
       const float gub = LN2_32 - __logf(__uint2float_rd(~xb) + 0.5f);
       if (sa + (gub + margin) < bk) return;
@@ -385,7 +391,7 @@ struct FirstVisit {
 };
 
 template <bool RACE, bool ZRAW, bool ZS>
-__device__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
+__device__ __forceinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
                            long long to, const RowP& q, Hdr* out, float* tmax) {
   FirstVisit<RACE, ZRAW, ZS> f;
   f.col0 = col0;
@@ -465,6 +471,8 @@ __device__ __forceinline__ bool aboveThr(const SState& st, uint32_t key) {
 }
 
 /* ---- histogram passes (K: counts, P: masses) over a shard ------------------------- */
+/* Lanes that hit the same bin add their terms first (one shared-memory
+ * atomic per bin and warp: most of a row falls into a few bins). */
 template <bool MASS>
 struct HistVisit {
   const SState* st;
@@ -474,17 +482,28 @@ struct HistVisit {
   u64* mass;
   template <int CN>
   __device__ __forceinline__ void run(long long, const float (&v)[CN]) {
+    const unsigned act = __activemask();
+    const unsigned lane_lt = (1u << (threadIdx.x & 31)) - 1u;
 #pragma unroll
     for (int t = 0; t < CN; ++t) {
       const float x = v[t];
-      if (!(x > -INFINITY)) continue;
       const uint32_t key = orderKey(x);
-      if ((key & mask) != prefix || !aboveThr(*st, key)) continue;
+      bool in = x > -INFINITY && (key & mask) == prefix && aboveThr(*st, key);
       /* P: ties of the top-k threshold come from the merge (their rank) */
-      if (MASS && st->has_thr && !st->qall && key == st->tkey) continue;
-      const uint32_t d = (key >> shift) & dmask;
-      if (MASS) atomicAdd(&mass[d], massTerm(x, st->T, st->smax));
-      else atomicAdd(&cnt[d], 1u);
+      if (MASS && st->has_thr && !st->qall && key == st->tkey) in = false;
+      const uint32_t d = in ? (key >> shift) & dmask : 0xffffffffu;
+      const unsigned grp = __match_any_sync(act, d);
+      if (!in) continue;
+      const bool leader = (grp & lane_lt) == 0u;
+      if (MASS) {
+        /* terms <= 2^40: 20-bit halves sum without overflow over 32 lanes */
+        const u64 m = massTerm(x, st->T, st->smax);
+        const unsigned hi = __reduce_add_sync(grp, (unsigned)(m >> 20));
+        const unsigned lo = __reduce_add_sync(grp, (unsigned)(m & 0xfffffu));
+        if (leader) atomicAdd(&mass[d], ((u64)hi << 20) + (u64)lo);
+      } else if (leader) {
+        atomicAdd(&cnt[d], (unsigned)__popc(grp));
+      }
     }
   }
 };
@@ -939,14 +958,13 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
 
 /* ---- the kernels --------------------------------------------------------------------- */
 /* The first pass of item = row * chunks + chunk; the last chunk of a row to
- * finish merges the chunks' records, then draws (tp == 1) or emits the
- * record. */
-__device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e, bool bad) {
+ * finish merges the chunks' records and emits the row's record. (The draw
+ * is the merge kernel's, also at tp == 1: this kernel stays lean.) */
+__device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
   __shared__ u64 s_lists[DPS_SAMPLE_MAX_CHUNKS * CAND];
   __shared__ uint32_t s_rec[DPS_SAMPLE_MAX_WORDS];
-  __shared__ SState s_st;
   __shared__ int s_last;
   const long long row = item / a.chunks;
   const int chunk = (int)(item % a.chunks);
@@ -1023,17 +1041,6 @@ __device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e, bool ba
     }
     __syncthreads();
   }
-  if (a.sink.kind == DPS_REC_FINAL) {
-    __shared__ int s_path;
-    if (threadIdx.x < 32) {
-      const int path = decide(a, row, q, s_hdr, s_sel, bad, &s_st);
-      if (threadIdx.x == 0) s_path = path;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && !bad) count(a, s_path);
-    if (s_path == PATH_EXACT) exactLocal(a, row, &s_st, bad);
-    return;
-  }
   if (threadIdx.x == 0) hdrPack(s_hdr, s_rec);
   for (int j = threadIdx.x; j < a.cand; j += blockDim.x) {
     s_rec[HDR + 2 * j] = (uint32_t)s_sel[j];
@@ -1047,16 +1054,15 @@ __device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e, bool ba
  * ranks sharing a GPU must all stay resident), one block at a time. */
 #define FOR_ITEMS(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)
 
-__global__ void __launch_bounds__(THREADS) firstKernel(dpsSampleArgs a) {
+/* two blocks per SM: the pass streams the logits */
+__global__ void __launch_bounds__(THREADS, 2) firstKernel(dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
   if (e == 0) return;
-  /* tp == 1 writes the outputs here: the call's validity first */
-  const bool bad = a.sink.kind == DPS_REC_FINAL && callInvalid(a, blockIdx.x == 0);
   FOR_ITEMS(item, a.rows * a.chunks) {
     __syncthreads();
-    firstItem(a, item, e, bad);
+    firstItem(a, item, e);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
@@ -1162,8 +1168,11 @@ __device__ bool mergeItem(const dpsSampleArgs& a, long long row, u64 e, bool bad
       if (!bad) count(a, s_path);
       if (s_path != PATH_EXACT) s_st.mode = MODE_DONE;
       if (bad) s_st.mode = MODE_DONE; /* nothing more is drawn or written */
-      *stateOf(a, row) = s_st;
+      if (tp > 1) *stateOf(a, row) = s_st;
     }
+    __syncthreads();
+    /* tp == 1: the searches and the race on this block, no exchange */
+    if (tp == 1 && s_st.mode != MODE_DONE) exactLocal(a, row, &s_st, bad);
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);

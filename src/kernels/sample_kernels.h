@@ -2,7 +2,8 @@
  * kernels/sample.cu). docs/sampling.md is the design.
  *
  * Steps (each one local pass + one records exchange + one merge, see
- * records.h; at tp == 1 only the first, whose local pass does everything):
+ * records.h; at tp == 1 only the first, its records staying on the device,
+ * and the merge runs the searches and the race of its rows itself):
  *  FIRST   every rank reduces its shard of a row to a record: the maximum and
  *          its index, the count of valid columns, the race winner over the
  *          whole shard (rows without top-k and top-p), fixed-point sums of
@@ -88,6 +89,7 @@ typedef struct {
 typedef struct {
   void* state;              /* [max rows] x DPS_SAMPLE_STATE_BYTES */
   uint32_t* partial;        /* [DPS_SAMPLE_MAX_PARTIALS] x DPS_SAMPLE_MAX_WORDS */
+  uint32_t* records;        /* tp == 1: the first records [max rows] x DPS_SAMPLE_MAX_WORDS */
   unsigned int* tickets;    /* [max rows] */
   dpsSampleCounters* counters;
 } dpsSampleScratch;
