@@ -31,7 +31,7 @@ constexpr int WARPS = THREADS / 32;
 constexpr int CAND = DPS_SAMPLE_CAND;
 constexpr int HDR = DPS_SAMPLE_HDR_WORDS;
 constexpr int BINS = DPS_SAMPLE_BINS;
-constexpr int MERGE_THREADS = 512; /* tp == 1: the exact path's passes */
+constexpr int MERGE_THREADS = 256;
 /* G <= -log(-log(1 - 2^-33)) = 22.874 (sample_rng.h) */
 constexpr float GUMBEL_MAX = 22.875f;
 constexpr float LN2_32 = 22.18070978f; /* 32 ln 2 */
@@ -301,10 +301,19 @@ __device__ void blockHdrReduce(Hdr h, Hdr* out) {
 }
 
 /* ---- the race: argmax of key = l/T + G over visited indices --------------------- */
-/* Skips an index whose key cannot reach the best so far without computing
- * its noise exactly: first by the score alone (G <= GUMBEL_MAX), then by an
- * upper bound of G from its Philox word (-log U >= 1 - U). The margins cover
- * the fast score l * (1/T) (2 ulp) and the rounding of the key to fp32. */
+/* Skips an index whose key cannot reach the best key of its warp so far
+ * without computing its noise exactly: first by the score alone
+ * (G <= GUMBEL_MAX), then by an upper bound of G from its Philox word
+ * (-log U >= 1 - U). The margins cover the fast score l * (1/T) (2 ulp) and
+ * the rounding of the key to fp32, so a skipped key is strictly below a key
+ * that exists. The warp's best (not the thread's) keeps the exact
+ * evaluations, which diverge, to a few per warp. */
+/* The exact key, out of line: the race's visit is unrolled over a vector of
+ * elements, and the exact evaluation (two logs in double) is rare. */
+__device__ __noinline__ float exactKey(float x, float T, uint32_t xb) {
+  return dpsSampleKey(dpsSampleScore(x, T), dpsGumbelFromBits(xb));
+}
+
 struct Race {
   float T, invT;
   bool prune;
@@ -315,6 +324,7 @@ struct Race {
   float bk;
   uint32_t bi;
   float bv;
+  float wb; /* the best key of the lanes visiting together (a lower bound) */
 
   __device__ __forceinline__ void init(float t, u64 seed, u64 off) {
     T = t;
@@ -327,11 +337,14 @@ struct Race {
     bk = -INFINITY;
     bi = NO_INDEX;
     bv = -INFINITY;
+    wb = -INFINITY;
   }
   __device__ __forceinline__ void visit(float x, uint32_t gi) {
     const float sa = __fmul_rn(x, invT);
     const float margin = 1e-3f + 1e-5f * fabsf(sa);
-    if (prune && bi != NO_INDEX && sa + (GUMBEL_MAX + margin) < bk) return;
+    wb = keyValue(__reduce_max_sync(__activemask(), orderKey(bk)));
+    const bool have = wb > -INFINITY;
+    if (prune && have && sa + (GUMBEL_MAX + margin) < wb) return;
     const u64 q = (u64)gi >> 2;
     if (q != cq) {
       uint32_t ctr[4], out[4];
@@ -346,11 +359,11 @@ struct Race {
     }
     const uint32_t sel = gi & 3u; /* selects, not an indexed array: registers */
     const uint32_t xb = sel == 0u ? w0 : sel == 1u ? w1 : sel == 2u ? w2 : w3;
-    if (prune && bi != NO_INDEX) {
+    if (prune && have) {
       const float gub = LN2_32 - __logf(__uint2float_rd(~xb) + 0.5f);
-      if (sa + (gub + margin) < bk) return;
+      if (sa + (gub + margin) < wb) return;
     }
-    const float k = dpsSampleKey(dpsSampleScore(x, T), dpsGumbelFromBits(xb));
+    const float k = exactKey(x, T, xb);
     if (raceBetter(k, gi, bk, bi)) {
       bk = k;
       bi = gi;
@@ -399,7 +412,9 @@ __device__ __forceinline__ void firstVisit(const char* rowp, int dtype, long lon
   f.tmax = -INFINITY;
   hdrInit(f.h);
   if (RACE) f.race.init(q.T, q.seed, q.offset);
-  forEachElem<TOPK_UNROLL>(rowp, dtype, from, to, f);
+  /* two vectors in flight: registers for the state (any traversal gives
+   * topkRangeFromMax disjoint per-thread maxima) */
+  forEachElem<2>(rowp, dtype, from, to, f);
   if (RACE) {
     f.h.rkey = f.race.bk;
     f.h.ridx = f.race.bi;
@@ -960,7 +975,7 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
 /* The first pass of item = row * chunks + chunk; the last chunk of a row to
  * finish merges the chunks' records and emits the row's record. (The draw
  * is the merge kernel's, also at tp == 1: this kernel stays lean.) */
-__device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
+__device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
   __shared__ u64 s_lists[DPS_SAMPLE_MAX_CHUNKS * CAND];
@@ -984,6 +999,7 @@ __device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
   long long from, to;
   chunkRange(a.nvalid, a.chunks, chunk, &from, &to);
   float tmax;
+  /* race (no top-k, no top-p) and zs (top-p) never meet */
   const int sel = (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0);
   switch (sel) {
     case 0: firstVisit<false, false, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
@@ -991,9 +1007,7 @@ __device__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
     case 2: firstVisit<false, true, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
     case 3: firstVisit<false, true, true>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
     case 4: firstVisit<true, false, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 5: firstVisit<true, false, true>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 6: firstVisit<true, true, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    default: firstVisit<true, true, true>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
+    default: firstVisit<true, true, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
   }
   if (cand) {
     topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel);
@@ -1069,7 +1083,7 @@ __global__ void __launch_bounds__(THREADS, 2) firstKernel(dpsSampleArgs a) {
 
 /* The local pass of a search round or of the race (tp > 1): one block per
  * row; rows not in the step's mode move nothing. */
-__device__ void stepItem(const dpsSampleArgs& a, long long row, u64 e) {
+__device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, u64 e) {
   __shared__ u64 s_bins[BINS];
   __shared__ uint32_t s_rec[DPS_SAMPLE_PSEARCH_WORDS];
   __shared__ SState s_st;
@@ -1120,7 +1134,8 @@ __global__ void __launch_bounds__(THREADS) stepKernel(dpsSampleArgs a) {
 
 /* The merge of a step (tp > 1): one block per row. */
 /* false when a wait gave up (the communicator failed). */
-__device__ bool mergeItem(const dpsSampleArgs& a, long long row, u64 e, bool bad) {
+__device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row, u64 e,
+                                          bool bad) {
   __shared__ uint32_t s_rec[DPS_OS_MAX_RANKS * DPS_SAMPLE_MAX_WORDS];
   __shared__ u64 s_lists[DPS_OS_MAX_RANKS * CAND];
   __shared__ u64 s_sel[CAND];

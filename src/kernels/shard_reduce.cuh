@@ -253,8 +253,9 @@ __device__ __forceinline__ void topkRange(int k, int dtype, long long col0, cons
 }
 
 /* topkRange after its first pass: thread_max is the float maximum (NaN
- * ignored) of the elements this thread visits in forEachElem<TOPK_UNROLL>
- * over [from, to) (another pass may compute it alongside its own work). */
+ * ignored) of the elements this thread visits in a forEachElem over
+ * [from, to), any unroll (the threads' element sets only need to be
+ * disjoint; another pass may compute it alongside its own work). */
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
                                  long long from, long long to, float thread_max, u64* sel) {
   __shared__ u64 s_cand[SEL_CAND];
