@@ -57,7 +57,7 @@ try:  # generated at build time
 except ImportError:  # pragma: no cover
     _build_info = None
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "DpSamplingComm",
