@@ -101,19 +101,7 @@ static dpsResult_t checkParams(const char* op, const dpsSampleParams_t* p) {
 static dpsSampleParamsDev devParams(const dpsSampleParams_t* p) {
   dpsSampleParamsDev d;
   memset(&d, 0, sizeof d);
-  d.temperatures = p->temperatures;
-  d.top_ks = p->top_ks;
-  d.top_ks_i64 = p->top_ks_i64;
-  d.top_ps = p->top_ps;
-  d.min_ps = p->min_ps;
-  d.seeds = p->seeds;
-  d.offsets = p->offsets;
-  d.temperature = p->temperature;
-  d.top_k = (long long)p->top_k;
-  d.top_p = p->top_p;
-  d.min_p = p->min_p;
-  d.seed = p->seed;
-  d.offset = p->offset;
+  d.v = *p;
   d.any_array = p->temperatures || p->top_ks || p->top_ks_i64 || p->top_ps || p->min_ps ||
                 p->seeds || p->offsets;
   return d;
@@ -172,26 +160,19 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
   a->words = op.words = DPS_SAMPLE_FIRST_WORDS(a->cand);
   DPS_CHECK(comm->ops->records(comm, &op, stream));
   a->chunks = 1;
-  if (may_topk)
-    for (int r = 0; r < DPS_SAMPLE_ROUNDS; ++r) {
-      a->step = DPS_SAMPLE_STEP_KSEARCH;
+  /* the steps a row of this call may need, in order (rows without them skip) */
+  const struct {
+    int on, step, rounds, words;
+  } steps[] = {{may_topk, DPS_SAMPLE_STEP_KSEARCH, DPS_SAMPLE_ROUNDS, DPS_SAMPLE_KSEARCH_WORDS},
+               {may_topp, DPS_SAMPLE_STEP_PSEARCH, DPS_SAMPLE_ROUNDS, DPS_SAMPLE_PSEARCH_WORDS},
+               {may_filter, DPS_SAMPLE_STEP_RACE, 1, DPS_SAMPLE_RACE_WORDS}};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; ++i)
+    for (int r = 0; steps[i].on && r < steps[i].rounds; ++r) {
+      a->step = steps[i].step;
       a->round = r;
-      a->words = op.words = DPS_SAMPLE_KSEARCH_WORDS;
+      a->words = op.words = steps[i].words;
       DPS_CHECK(comm->ops->records(comm, &op, stream));
     }
-  if (may_topp)
-    for (int r = 0; r < DPS_SAMPLE_ROUNDS; ++r) {
-      a->step = DPS_SAMPLE_STEP_PSEARCH;
-      a->round = r;
-      a->words = op.words = DPS_SAMPLE_PSEARCH_WORDS;
-      DPS_CHECK(comm->ops->records(comm, &op, stream));
-    }
-  if (may_filter) {
-    a->step = DPS_SAMPLE_STEP_RACE;
-    a->round = 0;
-    a->words = op.words = DPS_SAMPLE_RACE_WORDS;
-    DPS_CHECK(comm->ops->records(comm, &op, stream));
-  }
   return dpsSuccess;
 }
 

@@ -51,14 +51,16 @@ struct RowP {
   u64 seed, offset;
 };
 
-__device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& p, long long r) {
+__device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long r) {
+  const dpsSampleParams_t& p = d.v;
   RowP q;
   q.T = p.temperatures ? p.temperatures[r] : p.temperature;
-  q.k = p.top_ks ? (long long)p.top_ks[r] : p.top_ks_i64 ? (long long)p.top_ks_i64[r] : p.top_k;
+  q.k = p.top_ks ? (long long)p.top_ks[r]
+                 : p.top_ks_i64 ? (long long)p.top_ks_i64[r] : (long long)p.top_k;
   q.top_p = p.top_ps ? p.top_ps[r] : p.top_p;
   q.min_p = p.min_ps ? p.min_ps[r] : p.min_p;
-  q.seed = p.seeds ? (u64)p.seeds[r] : p.seed;
-  q.offset = p.offsets ? (u64)p.offsets[r] : p.offset;
+  q.seed = p.seeds ? (u64)p.seeds[r] : (u64)p.seed;
+  q.offset = p.offsets ? (u64)p.offsets[r] : (u64)p.offset;
   return q;
 }
 

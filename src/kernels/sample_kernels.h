@@ -59,21 +59,12 @@ enum {
   DPS_SAMPLE_STEP_RACE = 3
 };
 
-/* The parameters as the kernels read them: an array (non-NULL) or the scalar. */
+/* The parameters as the kernels read them: the caller's (an array where
+ * non-NULL, else the scalar), and whether any array is given (then the
+ * kernels check the values). */
 typedef struct {
-  const float* temperatures;
-  const int32_t* top_ks;
-  const int64_t* top_ks_i64;
-  const float* top_ps;
-  const float* min_ps;
-  const uint64_t* seeds;
-  const uint64_t* offsets;
-  float temperature;
-  long long top_k;
-  float top_p;
-  float min_p;
-  unsigned long long seed, offset;
-  int any_array; /* some array is given: the kernels check the values */
+  dpsSampleParams_t v;
+  int any_array;
 } dpsSampleParamsDev;
 
 /* Device counters (dpsCommGetSampleStats), and the first invalid entry. */
