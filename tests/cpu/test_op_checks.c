@@ -3,9 +3,10 @@
  * bad calls fail with a message naming the argument, reach no backend and
  * write no output; good calls reach the backend once and return the
  * persistent buffers; argmax / top-k hand the backend each output in its
- * documented place (values, then indices); dtype locking and sticky
- * asynchronous errors. */
+ * documented place (values, then indices); dpsSample's checks and the
+ * records steps it plans; dtype locking and sticky asynchronous errors. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,19 @@ static struct {
   int init, prepare, swap, gather, logprobs, select, destroy;
   int last_pad_bs;
   dpsSelectCall last_select; /* what the last argmax / top-k handed the backend */
+  int records;             /* records steps of the calls so far */
+  int64_t step_rows[32];
+  int step_words[32];
   dpsResult_t fail_with;   /* returned by the next operation, then cleared */
   dpsResult_t async_error; /* reported by async_error */
 } rec;
 
 static char swap_buf[64], p_buf[64], ai_buf[64], al_buf[64], lp_buf[64];
 
+static _Alignas(256) char sample_buf[16];
 static dpsResult_t fInit(dpsComm_t c) {
   rec.init++;
+  c->sample_mem = sample_buf; /* never read: the fake records step launches nothing */
   c->predict_out = (int32_t*)p_buf;
   c->accept_index_out = (int32_t*)ai_buf;
   c->accept_length_out = (int32_t*)al_buf;
@@ -64,6 +70,16 @@ static dpsResult_t fSelect(dpsComm_t c, const dpsSelectCall* call, cudaStream_t 
   rec.last_select = *call;
   return opResult(&rec.select, 0);
 }
+/* A records step: its shape is recorded, nothing is launched. */
+static dpsResult_t fRecords(dpsComm_t c, const dpsRecOp* op, cudaStream_t s) {
+  (void)c, (void)s;
+  if (rec.records < 32) {
+    rec.step_rows[rec.records] = op->rows;
+    rec.step_words[rec.records] = op->words;
+  }
+  rec.records++;
+  return dpsSuccess;
+}
 static dpsResult_t fAsync(dpsComm_t c) {
   (void)c;
   /* atomic: the watchdog test calls it from a second thread */
@@ -77,6 +93,7 @@ static void fDestroy(dpsComm_t c) {
 static const dpsBackendOps kFake = {.name = "fake", .init = fInit, .prepare = fPrepare,
                                     .swap = fSwap, .gather_outputs = fGather,
                                     .gather_logprobs = fLogprobs, .select = fSelect,
+                                    .records = fRecords,
                                     .async_error = fAsync, .destroy = fDestroy};
 
 static dpsConfig_t config(dpsDataType_t dtype) {
@@ -420,6 +437,116 @@ static int testSelectOutputs(void) {
   return 0;
 }
 
+/* dpsSample: every bad argument is refused by name before any step; a good
+ * call at tp 4 plans the records steps its parameters may need: the first
+ * (26 words, + 2 per candidate where a filter may act), 6 top-k rounds (64
+ * words), 6 top-p rounds (128), the race (4). */
+static int testSampleChecks(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  static _Alignas(16) char tok[192 * 8], lp[192 * 4], arr[192 * 8];
+  const struct {
+    const char* what;
+    int topk, topp, minp, steps, first_words;
+  } plans[] = {{"temperature only", 0, 0, 0, 1, 26},
+               {"top-k", 1, 0, 0, 8, 154},
+               {"top-p", 0, 1, 0, 8, 154},
+               {"min-p", 0, 0, 1, 2, 154},
+               {"all", 1, 1, 1, 14, 154}};
+  for (size_t i = 0; i < sizeof plans / sizeof plans[0]; ++i) {
+    dpsSampleParams_t sp = DPS_SAMPLE_PARAMS_INITIALIZER;
+    sp.temperature = 0.7f;
+    if (plans[i].topk) sp.top_k = 50;
+    if (plans[i].topp) sp.top_ps = (const float*)arr; /* an array: any row may filter */
+    if (plans[i].minp) sp.min_p = 0.1f;
+    rec.records = 0;
+    FX_CHECK_OK(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &sp, (int64_t*)tok, NULL, NULL));
+    FX_CHECK(rec.records == plans[i].steps && rec.step_words[0] == plans[i].first_words &&
+                 rec.step_rows[0] == 8,
+             "%s: %d steps (first %d words, %lld rows), want %d (%d words, 8 rows)",
+             plans[i].what, rec.records, rec.step_words[0], (long long)rec.step_rows[0],
+             plans[i].steps, plans[i].first_words);
+    const int last = plans[i].steps - 1;
+    FX_CHECK(last == 0 || rec.step_words[last] == 4, "%s: the last step has %d words",
+             plans[i].what, rec.step_words[last]);
+    if (plans[i].topk) FX_CHECK(rec.step_words[1] == 64, "%s: step 1 words %d", plans[i].what, rec.step_words[1]);
+    if (plans[i].topp && !plans[i].topk)
+      FX_CHECK(rec.step_words[1] == 128, "%s: step 1 words %d", plans[i].what, rec.step_words[1]);
+  }
+  rec.records = 0;
+  dpsSampleParams_t ok = DPS_SAMPLE_PARAMS_INITIALIZER;
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, NULL, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "params is NULL");
+  dpsSampleParams_t p = ok;
+  p.size = 8;
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "DPS_SAMPLE_PARAMS_INITIALIZER");
+  const float bad_t[] = {-1.f, NAN, INFINITY};
+  for (size_t i = 0; i < 3; ++i) {
+    p = ok;
+    p.temperature = bad_t[i];
+    FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+                 dpsInvalidArgument, "params->temperature=");
+  }
+  const float bad_p[] = {0.f, 1.5f, -0.5f, NAN};
+  for (size_t i = 0; i < 4; ++i) {
+    p = ok;
+    p.top_p = bad_p[i];
+    FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+                 dpsInvalidArgument, "params->top_p=");
+  }
+  const float bad_m[] = {1.f, -0.1f, NAN};
+  for (size_t i = 0; i < 3; ++i) {
+    p = ok;
+    p.min_p = bad_m[i];
+    FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+                 dpsInvalidArgument, "params->min_p=");
+  }
+  p = ok;
+  p.top_ks = (const int32_t*)arr;
+  p.top_ks_i64 = (const int64_t*)arr;
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "give at most one");
+  p = ok;
+  p.seeds = (const uint64_t*)(arr + 4);
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "params->seeds=");
+  p = ok;
+  p.temperatures = (const float*)(arr + 2);
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "params->temperatures=");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &ok, NULL, NULL, NULL),
+               dpsInvalidArgument, "sample: tokens is NULL");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &ok, (int64_t*)(tok + 4), NULL,
+                         NULL),
+               dpsInvalidArgument, "sample: tokens=");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &ok, (int64_t*)tok,
+                         (float*)(lp + 2), NULL),
+               dpsInvalidArgument, "sample: logprobs=");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 193, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "rows=193");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 0, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "rows=0");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 400, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "expected [rows, V/tp]");
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 401, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "vocab_limit=401");
+  FX_CHECK_ERR(dpsSample(NULL, in_buf, 8, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "comm is NULL");
+  FX_CHECK(rec.records == 0, "refused calls planned %d steps", rec.records);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  /* the fixed-point masses' range */
+  cfg.vocab_size = 4 * ((1 << 21) + 1);
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, (1 << 21) + 1, dpsBfloat16, cfg.vocab_size, &ok,
+                         (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "vocab_size=8388612");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
 /* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided -> not. */
 static int testOpMayBlock(void) {
   memset(&rec, 0, sizeof rec);
@@ -448,6 +575,7 @@ int main(void) {
   fails += testSwapChecks();
   fails += testGatherChecks();
   fails += testSelectOutputs();
+  fails += testSampleChecks();
   fails += testDtypeLock();
   fails += testOpMayBlock();
   fails += testStickyAsyncError();
