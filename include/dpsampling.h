@@ -426,7 +426,7 @@ DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, in
  * Same contract as dpsArgmax otherwise (shapes, alignment, dtype, stream
  * order, no allocation or host synchronization, capturable with every
  * parameter array changing between replays, dpsTimeout for a dead peer on
- * onesided). Requires V < 2^24. */
+ * onesided). Requires V <= 2^23 (the fixed-point masses). */
 #define DPS_SAMPLE_CANDIDATES 64
 
 typedef struct {
