@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "dps_perf.h"
+#include "select_case.h"
 #include "fixtures.h"
 #include "sample_ref.h"
 
@@ -559,16 +560,7 @@ static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phas
 static void addCases(const DpOp* self, const DpCaseArgs* a) {
   static const DpShape kShapes[] = {{8, 1, 129280},  {64, 1, 129280},  {1024, 1, 129280},
                                     {8, 1, 152064},  {64, 1, 152064},  {1024, 1, 152064}};
-  const DpShape* list = a->shapes ? a->shapes : kShapes;
-  const int count = a->shapes ? a->nshapes : (int)(sizeof kShapes / sizeof kShapes[0]);
-  for (int i = 0; i < count; ++i) {
-    if (!list[i].vocab) continue;
-    if (a->ndtypes)
-      for (int d = 0; d < a->ndtypes; ++d)
-        dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, a->dtypes[d]);
-    else
-      dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, dpsBfloat16);
-  }
+  dpAddShapeCases(self, a, kShapes, (int)(sizeof kShapes / sizeof kShapes[0]));
 }
 
 /* every rank holds every row: only the vocabulary is cut */

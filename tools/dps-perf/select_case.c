@@ -35,12 +35,10 @@ typedef struct {
   const HostIn* host; /* set by fill */
 } Bufs;
 
-void dpSelAddCases(const DpOp* self, const DpCaseArgs* a) {
-  /* the shapes of the selection targets: rows x V (N = 1), bf16 */
-  static const DpShape kSel[] = {{8, 1, 64640}, {64, 1, 76032}, {256, 1, 76032},
-                                 {1024, 1, 76032}};
-  const DpShape* list = a->shapes ? a->shapes : kSel;
-  const int count = a->shapes ? a->nshapes : (int)(sizeof kSel / sizeof kSel[0]);
+void dpAddShapeCases(const DpOp* self, const DpCaseArgs* a, const DpShape* defaults,
+                     int ndefaults) {
+  const DpShape* list = a->shapes ? a->shapes : defaults;
+  const int count = a->shapes ? a->nshapes : ndefaults;
   for (int i = 0; i < count; ++i) {
     if (!list[i].vocab) continue;
     if (a->ndtypes)
@@ -49,6 +47,13 @@ void dpSelAddCases(const DpOp* self, const DpCaseArgs* a) {
     else
       dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, dpsBfloat16);
   }
+}
+
+void dpSelAddCases(const DpOp* self, const DpCaseArgs* a) {
+  /* the shapes of the selection targets: rows x V (N = 1), bf16 */
+  static const DpShape kSel[] = {{8, 1, 64640}, {64, 1, 76032}, {256, 1, 76032},
+                                 {1024, 1, 76032}};
+  dpAddShapeCases(self, a, kSel, (int)(sizeof kSel / sizeof kSel[0]));
 }
 
 int dpSelValid(const DpCase* c, int tp) { return c->pad_bs % tp == 0 && c->vocab % tp == 0; }

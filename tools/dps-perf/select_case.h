@@ -8,6 +8,10 @@
 
 #define DP_TOPK_K 64 /* k of the top-k cases */
 
+/* A case per shape (rows x V items; a->shapes, else `defaults`) and dtype
+ * (a->dtypes, else bf16). */
+void dpAddShapeCases(const DpOp* self, const DpCaseArgs* a, const DpShape* defaults,
+                     int ndefaults);
 void dpSelAddCases(const DpOp* self, const DpCaseArgs* a);
 int dpSelValid(const DpCase* c, int tp);
 size_t dpSelBytes(const DpCase* c, int tp);
