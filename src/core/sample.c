@@ -169,7 +169,6 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; ++i)
     for (int r = 0; steps[i].on && r < steps[i].rounds; ++r) {
       a->step = steps[i].step;
-      a->round = r;
       a->words = op.words = steps[i].words;
       DPS_CHECK(comm->ops->records(comm, &op, stream));
     }

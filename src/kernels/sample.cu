@@ -172,12 +172,16 @@ __device__ __forceinline__ void zAdd(Zb& z, float y16) {
   z.s3 += d == 3 ? t : 0ull;
 }
 
-/* log2 of the sum, in double (the buckets below b - 3 are dropped: each of
- * their terms weighs below 2^-48 of the largest). -inf when empty. */
+/* The sum in units of 2^(16 b - 24) (the buckets below b - 3 are dropped:
+ * each of their terms weighs below 2^-48 of the largest). */
+__device__ __forceinline__ u64 zFixed(const Zb& z) {
+  return z.s0 + (z.s1 >> 16) + (z.s2 >> 32) + (z.s3 >> 48);
+}
+
+/* log2 of the sum, in double; -inf when empty. */
 __device__ __forceinline__ double zLog2(const Zb& z) {
   if (z.b == ZB_NONE) return -INFINITY;
-  const u64 Z = z.s0 + (z.s1 >> 16) + (z.s2 >> 32) + (z.s3 >> 48);
-  return (double)(16 * z.b - 24) + log2((double)Z);
+  return (double)(16 * z.b - 24) + log2((double)zFixed(z));
 }
 
 /* ---- the record of the first pass ------------------------------------------------ */
@@ -832,8 +836,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     for (int u = 0; u < 2; ++u) {
       const int j = lane + 32 * u;
       if (j < nk) {
-        const float k =
-            dpsSampleKey(dpsSampleScore(cv[u], q.T), dpsSampleGumbel(q.seed, q.offset, ci[u]));
+        const float k = exactKey(cv[u], q.T, dpsSampleBits(q.seed, q.offset, ci[u]));
         if (raceBetter(k, ci[u], bk, bi)) {
           bk = k;
           bi = ci[u];
@@ -881,7 +884,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
      * scale (2^40 at smax) */
-    const u64 Zf = h.zs.s0 + (h.zs.s1 >> 16) + (h.zs.s2 >> 32) + (h.zs.s3 >> 48);
+    const u64 Zf = zFixed(h.zs);
     const double ex = (double)(16 * h.zs.b + 16) - 16.0 * (double)__fmul_rn(smax, LOG2E_16);
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));

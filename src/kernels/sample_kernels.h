@@ -95,8 +95,7 @@ typedef struct {
   int cand;           /* DPS_SAMPLE_CAND, or 0 when no row can filter */
   int chunks;         /* blocks per row of the first pass (1..DPS_SAMPLE_MAX_CHUNKS) */
   int want_logprob;
-  int step;           /* DPS_SAMPLE_STEP_* */
-  int round;          /* KSEARCH / PSEARCH: the digit round */
+  int step;           /* DPS_SAMPLE_STEP_* (a row's round is in its state) */
   int words;          /* record words of this step */
   dpsSampleParamsDev p;
   int64_t* tokens;
