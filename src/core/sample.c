@@ -2,7 +2,6 @@
  * tp == 1 one kernel; else records steps through the backend, see
  * kernels/sample_kernels.h) and the scratch they share. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,17 +55,20 @@ void dpsFreeSampleScratch(dpsComm_t comm) { dpsDeviceFree(comm, &comm->sample_me
 
 /* ---- arguments --------------------------------------------------------------------- */
 static dpsResult_t checkScalars(const char* op, const dpsSampleParams_t* p) {
-  if (!(p->temperature >= 0.f) || isinf(p->temperature))
-    return dpsSetError(dpsInvalidArgument,
-                       "%s: params->temperature=%g must be finite and >= 0 (0: greedy)", op,
-                       (double)p->temperature);
-  if (!(p->top_p > 0.f && p->top_p <= 1.f))
-    return dpsSetError(dpsInvalidArgument, "%s: params->top_p=%g must be in (0, 1] (1: off)", op,
-                       (double)p->top_p);
-  if (!(p->min_p >= 0.f && p->min_p < 1.f))
-    return dpsSetError(dpsInvalidArgument, "%s: params->min_p=%g must be in [0, 1) (0: off)", op,
-                       (double)p->min_p);
-  return dpsSuccess;
+  switch (dpsSampleBadParam(p->temperature, p->top_p, p->min_p)) {
+    case DPS_SAMPLE_ARG_TEMPERATURE:
+      return dpsSetError(dpsInvalidArgument,
+                         "%s: params->temperature=%g must be finite and >= 0 (0: greedy)", op,
+                         (double)p->temperature);
+    case DPS_SAMPLE_ARG_TOP_P:
+      return dpsSetError(dpsInvalidArgument, "%s: params->top_p=%g must be in (0, 1] (1: off)",
+                         op, (double)p->top_p);
+    case DPS_SAMPLE_ARG_MIN_P:
+      return dpsSetError(dpsInvalidArgument, "%s: params->min_p=%g must be in [0, 1) (0: off)",
+                         op, (double)p->min_p);
+    default:
+      return dpsSuccess;
+  }
 }
 
 static dpsResult_t checkArray(const char* op, const char* name, const void* p, size_t align) {
@@ -231,10 +233,10 @@ dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t 
 /* ---- counters ----------------------------------------------------------------------- */
 static const char* argName(int arg) {
   switch (arg) {
-    case 1: return "temperatures";
-    case 2: return "top_ks";
-    case 3: return "top_ps";
-    case 4: return "min_ps";
+    case DPS_SAMPLE_ARG_TEMPERATURE: return "temperatures";
+    case DPS_SAMPLE_ARG_TOP_K: return "top_ks";
+    case DPS_SAMPLE_ARG_TOP_P: return "top_ps";
+    case DPS_SAMPLE_ARG_MIN_P: return "min_ps";
     default: return "a parameter";
   }
 }

@@ -66,19 +66,11 @@ __device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long
 
 /* 0, or the invalid argument (1 temperature, 3 top_p, 4 min_p) and its bits. */
 __device__ __forceinline__ int badArg(const RowP& q, uint32_t* bits) {
-  if (!(q.T >= 0.f) || isinf(q.T)) {
-    *bits = __float_as_uint(q.T);
-    return 1;
-  }
-  if (!(q.top_p > 0.f && q.top_p <= 1.f)) {
-    *bits = __float_as_uint(q.top_p);
-    return 3;
-  }
-  if (!(q.min_p >= 0.f && q.min_p < 1.f)) {
-    *bits = __float_as_uint(q.min_p);
-    return 4;
-  }
-  return 0;
+  const int arg = dpsSampleBadParam(q.T, q.top_p, q.min_p);
+  *bits = __float_as_uint(arg == DPS_SAMPLE_ARG_TEMPERATURE ? q.T
+                          : arg == DPS_SAMPLE_ARG_TOP_P   ? q.top_p
+                                                          : q.min_p);
+  return arg;
 }
 
 /* Whether some row of the call has an invalid array entry (block-uniform).

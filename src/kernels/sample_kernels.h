@@ -67,12 +67,30 @@ typedef struct {
   int any_array;
 } dpsSampleParamsDev;
 
+/* The valid ranges of the float parameters, one rule for the host's check
+ * of the scalars and the kernels' check of the arrays: 0 when valid, else
+ * DPS_SAMPLE_ARG_* of the first one out of range. */
+enum { DPS_SAMPLE_ARG_TEMPERATURE = 1, DPS_SAMPLE_ARG_TOP_K = 2, DPS_SAMPLE_ARG_TOP_P = 3,
+       DPS_SAMPLE_ARG_MIN_P = 4 };
+#if defined(__CUDACC__)
+#define DPS_SAMPLE_HD static __host__ __device__ __forceinline__
+#else
+#define DPS_SAMPLE_HD static inline
+#endif
+DPS_SAMPLE_HD int dpsSampleBadParam(float temperature, float top_p, float min_p) {
+  if (!(temperature >= 0.f && temperature <= 3.40282347e38f)) /* NaN, negative, inf */
+    return DPS_SAMPLE_ARG_TEMPERATURE;
+  if (!(top_p > 0.f && top_p <= 1.f)) return DPS_SAMPLE_ARG_TOP_P;
+  if (!(min_p >= 0.f && min_p < 1.f)) return DPS_SAMPLE_ARG_MIN_P;
+  return 0;
+}
+
 /* Device counters (dpsCommGetSampleStats), and the first invalid entry. */
 typedef struct {
   unsigned long long rows_greedy, rows_fast, rows_exact, invalid_calls;
   unsigned long long bad_seen; /* 1 once bad_* hold an entry the host has not read */
   long long bad_row;
-  int bad_arg; /* 1 temperature, 2 top_k, 3 top_p, 4 min_p */
+  int bad_arg; /* DPS_SAMPLE_ARG_* */
   uint32_t bad_bits; /* the value's bits (float) */
 } dpsSampleCounters;
 

@@ -483,26 +483,25 @@ static int testSampleChecks(void) {
   p.size = 8;
   FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
                dpsInvalidArgument, "DPS_SAMPLE_PARAMS_INITIALIZER");
-  const float bad_t[] = {-1.f, NAN, INFINITY};
-  for (size_t i = 0; i < 3; ++i) {
+  const struct {
+    float* field;
+    float value;
+    const char* name;
+  } bad[] = {{&p.temperature, -1.f, "params->temperature="},
+             {&p.temperature, NAN, "params->temperature="},
+             {&p.temperature, INFINITY, "params->temperature="},
+             {&p.top_p, 0.f, "params->top_p="},
+             {&p.top_p, 1.5f, "params->top_p="},
+             {&p.top_p, -0.5f, "params->top_p="},
+             {&p.top_p, NAN, "params->top_p="},
+             {&p.min_p, 1.f, "params->min_p="},
+             {&p.min_p, -0.1f, "params->min_p="},
+             {&p.min_p, NAN, "params->min_p="}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     p = ok;
-    p.temperature = bad_t[i];
+    *bad[i].field = bad[i].value;
     FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
-                 dpsInvalidArgument, "params->temperature=");
-  }
-  const float bad_p[] = {0.f, 1.5f, -0.5f, NAN};
-  for (size_t i = 0; i < 4; ++i) {
-    p = ok;
-    p.top_p = bad_p[i];
-    FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
-                 dpsInvalidArgument, "params->top_p=");
-  }
-  const float bad_m[] = {1.f, -0.1f, NAN};
-  for (size_t i = 0; i < 3; ++i) {
-    p = ok;
-    p.min_p = bad_m[i];
-    FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
-                 dpsInvalidArgument, "params->min_p=");
+                 dpsInvalidArgument, bad[i].name);
   }
   p = ok;
   p.top_ks = (const int32_t*)arr;
