@@ -8,15 +8,25 @@
  * index i: int64 >= 0):
  *
  *   key     = { (uint32)s, (uint32)(s >> 32) }
- *   q       = i >> 2                     (one Philox call serves 4 indices)
- *   counter = { (uint32)q, (uint32)(q >> 32), (uint32)o, (uint32)(o >> 32) }
- *   x       = word (i & 3) of Philox4x32-10(counter, key)    (Random123)
+ *   q       = i >> 3                     (one Philox call serves 8 indices)
+ *   ctr(d)  = { (uint32)q, (uint32)(q >> 32) | d << 31, (uint32)o, (uint32)(o >> 32) }
+ *   half(P) = 16-bit half (i & 1) of word ((i >> 1) & 3) of P    (half 0:
+ *             bits 0..15, half 1: bits 16..31)
+ *   x       = half(Philox4x32-10(ctr(0), key)) << 16
+ *           | half(Philox4x32-10(ctr(1), key))              (Random123)
  *   U       = (x + 0.5) * 2^-32                               (double, exact)
  *   G       = -dpsLogDet(-dpsLogDet(U))                       (double)
  *   score   = l_i / T                                  (fp32, round to nearest)
  *   key_i   = (float)((double)score + G)               (one double add, then
  *                                                       round to nearest fp32)
  *   token   = the i of K with the largest key_i, ties to the lower index.
+ *
+ * Why x in two halves from two Philox streams: the race needs the exact
+ * noise of a handful of indices per row only. The high half fixes U to
+ * within 2^-16, which bounds G from above; the kernels compute the high
+ * halves of every index (one Philox call per 8 indices) and the low half
+ * (a second call) only where that bound lets the index reach the best key
+ * so far. (q < 2^60, so bit 31 of ctr[1] is free for the stream d.)
  *
  * Why U in double: x + 0.5 needs 33 bits, so (x + 0.5) * 2^-32 is exact in
  * double; U lies in [2^-33, 1 - 2^-33], never 0 or 1, and all 2^32 values of
@@ -165,24 +175,35 @@ DPS_RNG_HD void dpsPhilox4x32_10(const uint32_t ctr[4], const uint32_t key[2], u
   out[3] = c3;
 }
 
-/* The Philox counter of (offset, index): one call serves the four indices
- * 4q .. 4q+3 (q = index >> 2), index & 3 picking the word. */
-DPS_RNG_HD void dpsSampleCounter(uint64_t offset, int64_t index, uint32_t ctr[4]) {
-  const uint64_t q = (uint64_t)index >> 2;
+/* The Philox counter of (offset, index) in stream d (0: the high halves,
+ * 1: the low halves): one call serves the 8 indices 8q .. 8q+7. */
+DPS_RNG_HD void dpsSampleCounter(uint64_t offset, int64_t index, uint32_t d, uint32_t ctr[4]) {
+  const uint64_t q = (uint64_t)index >> 3;
   ctr[0] = (uint32_t)q;
-  ctr[1] = (uint32_t)(q >> 32);
+  ctr[1] = (uint32_t)(q >> 32) | (d << 31);
   ctr[2] = (uint32_t)offset;
   ctr[3] = (uint32_t)(offset >> 32);
 }
 
-/* x of (seed, offset, index): word (index & 3) of Philox4x32-10 with the mapping above. */
-DPS_RNG_HD uint32_t dpsSampleBits(uint64_t seed, uint64_t offset, int64_t index) {
-  uint32_t ctr[4];
-  dpsSampleCounter(offset, index, ctr);
+/* The 16-bit half of a Philox output that belongs to index. */
+DPS_RNG_HD uint32_t dpsSampleHalf(const uint32_t out[4], int64_t index) {
+  const uint32_t w = out[((uint64_t)index >> 1) & 3u];
+  return ((uint64_t)index & 1u) ? w >> 16 : w & 0xffffu;
+}
+
+/* One 16-bit half of x of (seed, offset, index): stream 0 the high, 1 the low. */
+DPS_RNG_HD uint32_t dpsSampleHalfBits(uint64_t seed, uint64_t offset, int64_t index, uint32_t d) {
+  uint32_t ctr[4], out[4];
+  dpsSampleCounter(offset, index, d, ctr);
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-  uint32_t out[4];
   dpsPhilox4x32_10(ctr, key, out);
-  return out[(uint64_t)index & 3u];
+  return dpsSampleHalf(out, index);
+}
+
+/* x of (seed, offset, index), the mapping above. */
+DPS_RNG_HD uint32_t dpsSampleBits(uint64_t seed, uint64_t offset, int64_t index) {
+  return (dpsSampleHalfBits(seed, offset, index, 0u) << 16) |
+         dpsSampleHalfBits(seed, offset, index, 1u);
 }
 
 /* ---- exact IEEE-754 operations, never contracted --------------------------- */

@@ -343,20 +343,7 @@ struct Race {
     wb = keyValue(__reduce_max_sync(__activemask(), orderKey(bk)));
     const bool have = wb > -INFINITY;
     if (prune && have && sa + (GUMBEL_MAX + margin) < wb) return;
-    const u64 q = (u64)gi >> 2;
-    if (q != cq) {
-      uint32_t ctr[4], out[4];
-      const uint32_t key[2] = {k0, k1};
-      dpsSampleCounter(offset, (int64_t)gi, ctr);
-      dpsPhilox4x32_10(ctr, key, out);
-      w0 = out[0];
-      w1 = out[1];
-      w2 = out[2];
-      w3 = out[3];
-      cq = q;
-    }
-    const uint32_t sel = gi & 3u; /* selects, not an indexed array: registers */
-    const uint32_t xb = sel == 0u ? w0 : sel == 1u ? w1 : sel == 2u ? w2 : w3;
+    const uint32_t xb = dpsSampleBits(((u64)k1 << 32) | k0, offset, (int64_t)gi);
     if (prune && have) {
       const float gub = LN2_32 - __logf(__uint2float_rd(~xb) + 0.5f);
       if (sa + (gub + margin) < wb) return;
