@@ -184,13 +184,21 @@ def log_det(x):
 
 
 def sample_bits(seed, offset, index):
-    """x of (seed, offset, global index): word index & 3 of Philox4x32-10
-    with counter (q lo, q hi, offset lo, offset hi), q = index >> 2, and key
-    (seed lo, seed hi); seed and offset are uint64."""
-    q = index >> 2
-    out = philox4x32_10((q & _M32, q >> 32, offset & _M32, (offset >> 32) & _M32),
-                        (seed & _M32, (seed >> 32) & _M32))
-    return out[index & 3]
+    """x of (seed, offset, global index), the mapping of docs/sampling.md:
+    two Philox4x32-10 streams d = 0 (the high 16 bits of x) and d = 1 (the
+    low 16), key (seed lo, seed hi), counter (q lo, q hi | d << 31,
+    offset lo, offset hi) with q = index >> 3; the index takes 16-bit half
+    index & 1 (0: bits 0..15, 1: bits 16..31) of word (index >> 1) & 3 of
+    each stream's output. seed and offset are uint64, index int64 >= 0."""
+    q = index >> 3
+    key = (seed & _M32, (seed >> 32) & _M32)
+
+    def half(d):
+        ctr = (q & _M32, (q >> 32) | (d << 31), offset & _M32, (offset >> 32) & _M32)
+        word = philox4x32_10(ctr, key)[(index >> 1) & 3]
+        return (word >> (16 * (index & 1))) & 0xFFFF
+
+    return (half(0) << 16) | half(1)
 
 
 def sample_gumbel(seed, offset, index):

@@ -52,18 +52,30 @@ def test_philox_matches_random123_kat_and_the_library_pins():
     ]
     for ctr, key, want in kat:
         assert refs.philox4x32_10(ctr, key) == want
-    # tests/cpu/test_sample_ref.c's pins: (seed, offset, index, x, bits of G)
+    # tests/cpu/test_sample_ref.c's pins: (seed, offset, index, x, bits of G);
+    # indices 0..7 of (0, 0) share both Philox calls: x's high half is half
+    # i & 1 of word (i >> 1) & 3 of stream 0, whose words at (0, 0) are the
+    # first KAT vector's (e.g. 0x6627E8D5: index 0 gets 0xE8D5, index 1 0x6627)
     pins = [
-        (0x0, 0x0, 0x0, 0x6627E8D5, 0x3FB5B6C7AC8FD9D3),
-        (0x0, 0x0, 0x1, 0xE169C58D, 0x40007E48418102FB),
-        (0x1, 0x0, 0x0, 0xE3E80670, 0x4001377353634645),
-        (0x0, 0x1, 0x0, 0x844515E1, 0x3FDA8F89495CBC7C),
-        (0x123456789ABCDEF, 0x2A, 0x2517F, 0x52FF57F6, 0xBFBE76A81926DD10),
-        (0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0x69DA1AC1,
-         0x3FBFD091B91DF781),
-        (0x3039, 0x100000000, 0x100000007, 0xC26AC628, 0x3FF4A550ACEB972A),
-        (0xDEADBEEFCAFEBABE, 0x7, 0x1869F, 0x82CC2DF8, 0x3FD97C23303446C9),
+        (0x0, 0x0, 0x0, 0xE8D50CCF, 0x4002D7C739BD320E),
+        (0x0, 0x0, 0x1, 0x6627A2B2, 0x3FB5B6085AD39485),
+        (0x0, 0x0, 0x2, 0xC58D8772, 0x3FF59AB0864D84AE),
+        (0x0, 0x0, 0x3, 0xE1695140, 0x40007E27D1759261),
+        (0x0, 0x0, 0x4, 0xAC4CF7EF, 0x3FEDA5E66FD02518),
+        (0x0, 0x0, 0x5, 0xBC5794FC, 0x3FF2E619953A2283),
+        (0x0, 0x0, 0x6, 0xDBD8835A, 0x3FFE1D95F5B2E303),
+        (0x0, 0x0, 0x7, 0x9B00B688, 0x3FE611E528207253),
+        (0x1, 0x0, 0x0, 0x0670D61D, 0xBFF4DB8BA173BF82),
+        (0x0, 0x1, 0x0, 0x15E1559E, 0xBFECCCC5AAE4BEDC),
+        (0x123456789ABCDEF, 0x2A, 0x2517F, 0x752966FC, 0x3FCF89812A45E503),
+        (0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0xE2F168CF,
+         0x4000EE262217C0AB),
+        (0x3039, 0x100000000, 0x100000007, 0x07602252, 0xBFF441F777FCF513),
+        (0xDEADBEEFCAFEBABE, 0x7, 0x1869F, 0xC687BF0E, 0x3FF5E9711BBA5DFE),
     ]
+    kat0 = kat[0][2]
+    for i in range(8):  # the high halves at (0, 0) are the KAT words' halves
+        assert pins[i][3] >> 16 == (kat0[i >> 1] >> (16 * (i & 1))) & 0xFFFF
     for seed, offset, index, x, g_bits in pins:
         assert refs.sample_bits(seed, offset, index) == x
         assert refs._bits(refs.sample_gumbel(seed, offset, index)) == g_bits
