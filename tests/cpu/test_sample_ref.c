@@ -284,15 +284,27 @@ static void testTanh(void) {
          (double)(clock() - c0) / CLOCKS_PER_SEC);
 }
 
-/* The mapping as docs/sampling.md states it, composed from the raw Philox. */
-static double docGumbel(uint64_t seed, uint64_t offset, int64_t index) {
-  const uint64_t q = (uint64_t)index >> 2;
+/* The mapping as docs/sampling.md states it, composed from the raw Philox:
+ * q = i >> 3; stream d (0: x's high 16 bits, 1: its low 16) is Philox of
+ * counter {q lo, q hi | d << 31, offset lo, offset hi}, key {seed lo, seed
+ * hi}; the index takes 16-bit half i & 1 (0: bits 0..15) of word
+ * (i >> 1) & 3 of each stream. */
+static uint32_t docBits(uint64_t seed, uint64_t offset, int64_t index) {
+  const uint64_t q = (uint64_t)index >> 3, i = (uint64_t)index;
   const uint32_t key[2] = {(uint32_t)(seed & 0xffffffffu), (uint32_t)(seed >> 32)};
-  const uint32_t ctr[4] = {(uint32_t)(q & 0xffffffffu), (uint32_t)(q >> 32),
-                           (uint32_t)(offset & 0xffffffffu), (uint32_t)(offset >> 32)};
-  uint32_t out[4];
-  dpsPhilox4x32_10(ctr, key, out);
-  const double u = ((double)out[(uint64_t)index & 3u] + 0.5) * 0x1p-32;
+  uint32_t half[2];
+  for (uint32_t d = 0; d < 2; ++d) {
+    const uint32_t ctr[4] = {(uint32_t)(q & 0xffffffffu), (uint32_t)(q >> 32) | (d << 31),
+                             (uint32_t)(offset & 0xffffffffu), (uint32_t)(offset >> 32)};
+    uint32_t out[4];
+    dpsPhilox4x32_10(ctr, key, out);
+    half[d] = (out[(i >> 1) & 3u] >> (16u * (uint32_t)(i & 1u))) & 0xffffu;
+  }
+  return half[0] << 16 | half[1];
+}
+
+static double docGumbel(uint64_t seed, uint64_t offset, int64_t index) {
+  const double u = ((double)docBits(seed, offset, index) + 0.5) * 0x1p-32;
   return -dpsLogDet(-dpsLogDet(u));
 }
 
@@ -303,36 +315,61 @@ static void testMapping(void) {
     const uint64_t seed = fxSplitmix(&s), offset = fxSplitmix(&s) >> (j % 64);
     const int64_t index = (int64_t)(fxSplitmix(&s) >> (1 + j % 63));
     const double a = dpsSampleGumbel(seed, offset, index), b = docGumbel(seed, offset, index);
-    if (memcmp(&a, &b, sizeof a) != 0) {
-      CHECK(0, "dpsSampleGumbel(%llx, %llx, %lld) = %.17g, the documented mapping %.17g",
-            (unsigned long long)seed, (unsigned long long)offset, (long long)index, a, b);
+    const uint32_t x = docBits(seed, offset, index);
+    if (memcmp(&a, &b, sizeof a) != 0 || dpsSampleBits(seed, offset, index) != x ||
+        dpsSampleHalfBits(seed, offset, index, 0u) != x >> 16 ||
+        dpsSampleHalfBits(seed, offset, index, 1u) != (x & 0xffffu)) {
+      CHECK(0, "(%llx, %llx, %lld): dpsSampleBits %08x (halves %04x %04x) G %.17g, the "
+            "documented mapping %08x G %.17g",
+            (unsigned long long)seed, (unsigned long long)offset, (long long)index,
+            dpsSampleBits(seed, offset, index), dpsSampleHalfBits(seed, offset, index, 0u),
+            dpsSampleHalfBits(seed, offset, index, 1u), a, x, b);
       break;
     }
   }
   /* Regression pins: our own outputs (not published values), recorded when
-   * the mapping was fixed, so that it cannot change unnoticed (every user's
-   * tokens would change with it). The GPU test of the kernels may reuse them. */
+   * the mapping was fixed (computed by python/tests/refs.py, which writes the
+   * mapping out independently, and equal to this file's), so that it cannot
+   * change unnoticed (every user's tokens would change with it). Indices
+   * 0..7 of (0, 0) share both Philox calls and take every half of every word;
+   * the others reach both words of q, seed and offset. The GPU test of the
+   * kernels may reuse them. */
   static const struct {
     uint64_t seed, offset;
     int64_t index;
     uint32_t x;
     uint64_t g_bits;
   } pins[] = {
-      {0x0ull, 0x0ull, 0x0ll, 0x6627e8d5u, 0x3fb5b6c7ac8fd9d3ull}, /* G = 0.084820251111387621 */
-      {0x0ull, 0x0ull, 0x1ll, 0xe169c58du, 0x40007e48418102fbull}, /* G = 2.0616612546440343 */
-      {0x1ull, 0x0ull, 0x0ll, 0xe3e80670u, 0x4001377353634645ull}, /* G = 2.1520754351302309 */
-      {0x0ull, 0x1ull, 0x0ll, 0x844515e1u, 0x3fda8f89495cbc7cull}, /* G = 0.41501075901300744 */
-      {0x123456789abcdefull, 0x2aull, 0x2517fll, 0x52ff57f6u, 0xbfbe76a81926dd10ull}, /* G = -0.11899805654580953 */
-      {0xffffffffffffffffull, 0xffffffffffffffffull, 0x7fffffffffffffffll, 0x69da1ac1u, 0x3fbfd091b91df781ull}, /* G = 0.12427626389941616 */
-      {0x3039ull, 0x100000000ull, 0x100000007ll, 0xc26ac628u, 0x3ff4a550aceb972aull}, /* G = 1.2903601412485366 */
-      {0xdeadbeefcafebabeull, 0x7ull, 0x1869fll, 0x82cc2df8u, 0x3fd97c23303446c9ull}, /* G = 0.39820174891893295 */
+      {0x0ull, 0x0ull, 0x0ll, 0xe8d50ccfu, 0x4002d7c739bd320eull}, /* G = 2.3553604613173382 */
+      {0x0ull, 0x0ull, 0x1ll, 0x6627a2b2u, 0x3fb5b6085ad39485ull}, /* G = 0.084808847593722161 */
+      {0x0ull, 0x0ull, 0x2ll, 0xc58d8772u, 0x3ff59ab0864d84aeull}, /* G = 1.3502660032466269 */
+      {0x0ull, 0x0ull, 0x3ll, 0xe1695140u, 0x40007e27d1759261ull}, /* G = 2.061599384689814 */
+      {0x0ull, 0x0ull, 0x4ll, 0xac4cf7efu, 0x3feda5e66fd02518ull}, /* G = 0.92650148237695173 */
+      {0x0ull, 0x0ull, 0x5ll, 0xbc5794fcu, 0x3ff2e619953a2283ull}, /* G = 1.1811767415221375 */
+      {0x0ull, 0x0ull, 0x6ll, 0xdbd8835au, 0x3ffe1d95f5b2e303ull}, /* G = 1.8822230908974127 */
+      {0x0ull, 0x0ull, 0x7ll, 0x9b00b688u, 0x3fe611e528207253ull}, /* G = 0.68968446576361442 */
+      {0x1ull, 0x0ull, 0x0ll, 0x0670d61du, 0xbff4db8ba173bf82ull}, /* G = -1.3035999590610747 */
+      {0x0ull, 0x1ull, 0x0ll, 0x15e1559eu, 0xbfecccc5aae4bedcull}, /* G = -0.89999659898418427 */
+      {0x123456789abcdefull, 0x2aull, 0x2517fll, 0x752966fcu, 0x3fcf89812a45e503ull}, /* G = 0.24638380588638861 */
+      {0xffffffffffffffffull, 0xffffffffffffffffull, 0x7fffffffffffffffll, 0xe2f168cfu, 0x4000ee262217c0abull}, /* G = 2.1162836707590791 */
+      {0x3039ull, 0x100000000ull, 0x100000007ll, 0x07602252u, 0xbff441f777fcf513ull}, /* G = -1.2661051451717114 */
+      {0xdeadbeefcafebabeull, 0x7ull, 0x1869fll, 0xc687bf0eu, 0x3ff5e9711bba5dfeull}, /* G = 1.369492634117591 */
   };
+  /* the high halves at (seed 0, offset 0) are halves of Random123's first
+   * KAT vector (stream 0's counter there is all zeros): index i takes half
+   * i & 1 of word (i >> 1) & 3 */
+  static const uint32_t kat0[4] = {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u};
+  for (int j = 0; j < 8; ++j)
+    CHECK(pins[j].x >> 16 == ((kat0[j >> 1] >> (16 * (j & 1))) & 0xffffu),
+          "pin %d: high half %04x is not half %d of KAT word %08x", j, pins[j].x >> 16, j & 1,
+          kat0[j >> 1]);
   for (size_t j = 0; j < sizeof pins / sizeof pins[0]; ++j) {
     const uint32_t x = dpsSampleBits(pins[j].seed, pins[j].offset, pins[j].index);
     const double g = dpsSampleGumbel(pins[j].seed, pins[j].offset, pins[j].index);
     uint64_t gb;
     memcpy(&gb, &g, sizeof gb);
-    CHECK(x == pins[j].x && gb == pins[j].g_bits,
+    CHECK(x == pins[j].x && gb == pins[j].g_bits &&
+              docBits(pins[j].seed, pins[j].offset, pins[j].index) == pins[j].x,
           "pin %zu (seed %llx, offset %llx, index %lld): x %08x G %016llx, pinned %08x %016llx",
           j, (unsigned long long)pins[j].seed, (unsigned long long)pins[j].offset,
           (long long)pins[j].index, x, (unsigned long long)gb, pins[j].x,
@@ -770,10 +807,17 @@ static void testDeterminism(const float* row, int64_t V) {
     CHECK(t1 == t2 && memcmp(&l1, &l2, sizeof l1) == 0, "offset %llu: %lld/%lld", (unsigned long long)o,
           (long long)t1, (long long)t2);
   }
-  /* another offset, seed, or index (both words of each) gives other noise:
-   * equal 32-bit words have probability 2^-32 each */
+  /* another offset, seed, or index (both words of each; for the index also
+   * the high word of q = i >> 3, which carries the stream bit) gives other
+   * noise: equal 32-bit words have probability 2^-32 each. So do the
+   * indices that share both Philox calls (i ^ 1: the other half of the word,
+   * i ^ 2, i ^ 4: other words), and the two streams (x's high and low half
+   * of one index: 16 bits, equal with probability 2^-16 each, i.e. 0.06
+   * expected in 4096; a stream bit that does not reach the counter makes
+   * them all equal). */
   const uint64_t seed = 0x0123456789abcdefull, off = 1000;
-  int same_o = 0, same_s = 0, same_ohi = 0, same_shi = 0, same_ihi = 0;
+  int same_o = 0, same_s = 0, same_ohi = 0, same_shi = 0, same_ihi = 0, same_qhi = 0;
+  int same_h1 = 0, same_h2 = 0, same_h4 = 0, same_d = 0;
   for (int64_t i = 0; i < 4096; ++i) {
     const uint32_t x = dpsSampleBits(seed, off, i);
     same_o += x == dpsSampleBits(seed, off + 1, i);
@@ -781,10 +825,19 @@ static void testDeterminism(const float* row, int64_t V) {
     same_ohi += x == dpsSampleBits(seed, off + (1ull << 32), i);
     same_shi += x == dpsSampleBits(seed ^ (1ull << 32), off, i);
     same_ihi += x == dpsSampleBits(seed, off, i + (1ll << 32));
+    same_qhi += x == dpsSampleBits(seed, off, i + (1ll << 35));
+    same_h1 += x == dpsSampleBits(seed, off, i ^ 1);
+    same_h2 += x == dpsSampleBits(seed, off, i ^ 2);
+    same_h4 += x == dpsSampleBits(seed, off, i ^ 4);
+    same_d += (x >> 16) == (x & 0xffffu);
   }
-  CHECK(same_o + same_s + same_ohi + same_shi + same_ihi <= 1,
-        "noise repeats across offsets/seeds/indices: %d %d %d %d %d", same_o, same_s, same_ohi,
-        same_shi, same_ihi);
+  CHECK(same_o + same_s + same_ohi + same_shi + same_ihi + same_qhi <= 1,
+        "noise repeats across offsets/seeds/indices: %d %d %d %d %d %d", same_o, same_s, same_ohi,
+        same_shi, same_ihi, same_qhi);
+  CHECK(same_h1 + same_h2 + same_h4 <= 1,
+        "noise repeats within a Philox call: i ^ 1 %d, i ^ 2 %d, i ^ 4 %d", same_h1, same_h2,
+        same_h4);
+  CHECK(same_d <= 2, "the two streams agree on %d of 4096 indices", same_d);
   /* the token from the documented pseudo-code (docs/sampling.md) */
   unsigned char kept[256];
   int64_t nk;
@@ -810,7 +863,8 @@ static void testDeterminism(const float* row, int64_t V) {
   CHECK(differ == 0, "%d of 300 tokens differ from the documented pseudo-code", differ);
   CHECK(distinct > 0, "300 offsets gave one token: the offset does not reach the noise");
   printf("determinism: same inputs -> same token and logprob; the documented pseudo-code "
-         "reproduces 300 tokens; offsets, seeds, indices (both words) change the noise\n");
+         "reproduces 300 tokens; offsets, seeds, indices (both words), the indices of one Philox "
+         "call and the two streams differ\n");
 }
 
 /* ---- 5. chi-square ----------------------------------------------------------- */
