@@ -11,7 +11,7 @@
 
 /* ---- scratch ---------------------------------------------------------------------- */
 typedef struct {
-  size_t state, partial, records, tickets, counters, bytes;
+  size_t state, partial, tickets, counters, bytes;
 } ScratchLayout;
 
 static int64_t maxRows(dpsComm_t comm) {
@@ -23,8 +23,7 @@ static ScratchLayout scratchLayout(dpsComm_t comm) {
   const size_t rows = (size_t)maxRows(comm);
   L.state = 0;
   L.partial = dpsRoundUp(rows * DPS_SAMPLE_STATE_BYTES, 256);
-  L.records = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
-  L.tickets = L.records + dpsRoundUp(rows * DPS_SAMPLE_MAX_WORDS * 4, 256);
+  L.tickets = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
   L.counters = L.tickets + dpsRoundUp(rows * sizeof(unsigned int), 256);
   L.bytes = L.counters + sizeof(dpsSampleCounters);
   return L;
@@ -36,7 +35,6 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   dpsSampleScratch s;
   s.state = b + L.state;
   s.partial = (uint32_t*)(b + L.partial);
-  s.records = (uint32_t*)(b + L.records);
   s.tickets = (unsigned int*)(b + L.tickets);
   s.counters = (dpsSampleCounters*)(b + L.counters);
   return s;
@@ -131,7 +129,8 @@ static dpsResult_t stepMerge(const dpsRecOp* op, const dpsRecSource* src, cudaSt
 /* Blocks per row of the first pass: more when few rows leave SMs idle, each
  * block at least 4096 columns, the partial records within the scratch. */
 static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
-  const int64_t slots = 2 * (int64_t)(comm->sample_sms > 0 ? comm->sample_sms : 1);
+  const int64_t slots =
+      DPS_SAMPLE_FIRST_BLOCKS_PER_SM * (int64_t)(comm->sample_sms > 0 ? comm->sample_sms : 1);
   for (int c = DPS_SAMPLE_MAX_CHUNKS; c > 1; --c)
     if (rows * c <= slots && rows * c <= DPS_SAMPLE_MAX_PARTIALS && nvalid / c >= 4096) return c;
   return 1;
@@ -139,14 +138,11 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
 
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
                              int may_filter, cudaStream_t stream) {
-  if (comm->config.tp_size == 1) { /* the records stay on the device: no exchange */
+  if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
     a->step = DPS_SAMPLE_STEP_FIRST;
     a->words = DPS_SAMPLE_FIRST_WORDS(a->cand);
     a->sink.kind = DPS_REC_PLAIN;
-    a->sink.plain = a->s.records;
-    DPS_CHECK(launched(dpsLaunchSampleLocal(a, stream), "local", a->rows));
-    a->src.gathered = a->s.records;
-    return launched(dpsLaunchSampleMerge(a, stream), "merge", a->rows);
+    return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
   }
   if (comm->ops->records == NULL)
     return dpsSetError(dpsUnavailable, "sample: the %s backend cannot exchange records",

@@ -32,9 +32,6 @@ constexpr int CAND = DPS_SAMPLE_CAND;
 constexpr int HDR = DPS_SAMPLE_HDR_WORDS;
 constexpr int BINS = DPS_SAMPLE_BINS;
 constexpr int MERGE_THREADS = 256;
-/* G <= -log(-log(1 - 2^-33)) = 22.874 (sample_rng.h) */
-constexpr float GUMBEL_MAX = 22.875f;
-constexpr float LN2_32 = 22.18070978f; /* 32 ln 2 */
 constexpr float TERM_SCALE = 1099511627776.0f; /* 2^40 */
 constexpr float LOG2E_16 = LOG2E * 0.0625f;     /* exact: the same mantissa */
 constexpr uint32_t KEY_NEG_INF = 0x007fffffu;   /* orderKey(-inf): valid keys are above */
@@ -81,8 +78,11 @@ __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
   if (threadIdx.x == 0) s_bad = LLONG_MAX;
   __syncthreads();
   for (long long r = threadIdx.x; r < a.rows; r += blockDim.x) {
-    uint32_t b;
-    if (badArg(rowParams(a.p, r), &b)) atomicMin(&s_bad, r);
+    const dpsSampleParams_t& p = a.p.v; /* the checked arrays only */
+    const float T = p.temperatures ? p.temperatures[r] : p.temperature;
+    const float tp = p.top_ps ? p.top_ps[r] : p.top_p;
+    const float mp = p.min_ps ? p.min_ps[r] : p.min_p;
+    if (dpsSampleBadParam(T, tp, mp)) atomicMin(&s_bad, r);
   }
   __syncthreads();
   const long long bad = s_bad;
@@ -299,63 +299,207 @@ __device__ void blockHdrReduce(Hdr h, Hdr* out) {
 }
 
 /* ---- the race: argmax of key = l/T + G over visited indices --------------------- */
-/* Skips an index whose key cannot reach the best key of its warp so far
- * without computing its noise exactly: first by the score alone
- * (G <= GUMBEL_MAX), then by an upper bound of G from its Philox word
- * (-log U >= 1 - U). The margins cover the fast score l * (1/T) (2 ulp) and
- * the rounding of the key to fp32, so a skipped key is strictly below a key
- * that exists. The warp's best (not the thread's) keeps the exact
- * evaluations, which diverge, to a few per warp. */
-/* The exact key, out of line: the race's visit is unrolled over a vector of
- * elements, and the exact evaluation (two logs in double) is rare. */
+/* The race visits a row a warp at a time (every lane calls together) and
+ * computes the exact key (both halves of the noise, two logs in double) only
+ * for the indices that may still reach wb, the best key known so far (the
+ * warp's, another warp's of the block, or a lower bound). With the high half
+ * h of x alone, U < (h + 1) / 2^16; key >= wb needs G >= wb - s, so
+ * -log U <= e^(s - wb), so 1 - U <= e^(s - wb), so
+ * 65535 - h < 2^16 e^(s - wb + delta), delta covering the fp32 score
+ * l * (1/T), ex2.approx and the rounding of the key. The high halves cost one
+ * Philox call per 8 indices; an index that passes is queued, and the warp
+ * computes the queued keys together, a lane per index, so the exact
+ * evaluations neither diverge nor run for more than a few indices per warp
+ * (about log n of n indices in random order, plus n / 2^16). */
 __device__ __noinline__ float exactKey(float x, float T, uint32_t xb) {
   return dpsSampleKey(dpsSampleScore(x, T), dpsGumbelFromBits(xb));
 }
 
-struct Race {
-  float T, invT;
-  bool prune;
-  uint32_t k0, k1;
-  u64 offset;
-  u64 cq;
-  uint32_t w0, w1, w2, w3; /* the Philox words of counter cq */
-  float bk;
-  uint32_t bi;
-  float bv;
-  float wb; /* the best key of the lanes visiting together (a lower bound) */
+constexpr int RACE_QUEUE = 64; /* queued indices per warp */
+struct RaceQueue {
+  uint32_t idx[RACE_QUEUE];
+  float x[RACE_QUEUE];
+};
 
-  __device__ __forceinline__ void init(float t, u64 seed, u64 off) {
-    T = t;
-    invT = __frcp_rn(t);
-    prune = isfinite(invT);
-    k0 = (uint32_t)seed;
-    k1 = (uint32_t)(seed >> 32);
-    offset = off;
-    cq = ~0ull;
-    bk = -INFINITY;
-    bi = NO_INDEX;
-    bv = -INFINITY;
-    wb = -INFINITY;
+/* The block's race scratch, one allocation per kernel whichever pass runs
+ * the race: a queue per warp and the block's best key (orderKey). */
+__device__ __forceinline__ RaceQueue* raceQueues() {
+  __shared__ RaceQueue q[WARPS];
+  return q;
+}
+__device__ __forceinline__ uint32_t* raceBlockBest() {
+  __shared__ uint32_t b;
+  return &b;
+}
+
+struct RaceBest {
+  float k;    /* key */
+  uint32_t i; /* index (NO_INDEX: none) */
+  float v;    /* logit */
+};
+
+/* The exact keys of the n queued indices (a whole warp calls): the better of
+ * their best and `b`, the same on every lane. */
+__device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, u64 seed,
+                                           u64 offset, RaceBest b) {
+  __syncwarp();
+  RaceBest m = {-INFINITY, NO_INDEX, -INFINITY};
+  for (int e = threadIdx.x & 31; e < n; e += 32) {
+    const uint32_t gi = q->idx[e];
+    const float x = q->x[e];
+    const float k = exactKey(x, T, dpsSampleBits(seed, offset, (int64_t)gi));
+    if (raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
   }
-  __device__ __forceinline__ void visit(float x, uint32_t gi) {
-    const float sa = __fmul_rn(x, invT);
-    const float margin = 1e-3f + 1e-5f * fabsf(sa);
-    wb = keyValue(__reduce_max_sync(__activemask(), orderKey(bk)));
-    const bool have = wb > -INFINITY;
-    if (prune && have && sa + (GUMBEL_MAX + margin) < wb) return;
-    const uint32_t xb = dpsSampleBits(((u64)k1 << 32) | k0, offset, (int64_t)gi);
-    if (prune && have) {
-      const float gub = LN2_32 - __logf(__uint2float_rd(~xb) + 0.5f);
-      if (sa + (gub + margin) < wb) return;
+  __syncwarp(); /* the slots may be refilled */
+  const uint32_t ok = orderKey(m.k);
+  const uint32_t mk = __reduce_max_sync(0xffffffffu, ok);
+  const uint32_t mi = __reduce_min_sync(0xffffffffu, ok == mk ? m.i : NO_INDEX);
+  const int src = __ffs(__ballot_sync(0xffffffffu, ok == mk && m.i == mi)) - 1;
+  const float k = __shfl_sync(0xffffffffu, m.k, src);
+  const float v = __shfl_sync(0xffffffffu, m.v, src);
+  if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
+  return b;
+}
+
+struct Race {
+  float T;
+  float A, B; /* index may pass: 65535 - h < ex2(l * A + B); A = log2(e) / T */
+  bool prune;
+  u64 seed, offset;
+  RaceBest best; /* the same on every lane of the warp */
+  float lb;      /* a lower bound of the best key (-inf: none) */
+  int n;         /* queued in this warp's queue */
+
+  /* Every thread of the block calls (a barrier: the block's best is reset). */
+  __device__ __forceinline__ void init(float t, u64 sd, u64 off) {
+    T = t;
+    A = __fmul_rn(__frcp_rn(t), LOG2E);
+    prune = A > 0.f && A < INFINITY;
+    seed = sd;
+    offset = off;
+    best = RaceBest{-INFINITY, NO_INDEX, -INFINITY};
+    lb = -INFINITY;
+    n = 0;
+    __syncthreads(); /* the previous user of the block's best is done */
+    if (threadIdx.x == 0) *raceBlockBest() = KEY_NEG_INF;
+    __syncthreads();
+    bound();
+  }
+
+  __device__ __forceinline__ void bound() {
+    float wb = best.i == NO_INDEX ? -INFINITY : best.k;
+    wb = fmaxf(wb, lb);
+    wb = fmaxf(wb, keyValue(*(volatile uint32_t*)raceBlockBest()));
+    if (!prune || !(fabsf(wb) < 1e30f)) {
+      /* everything passes (A = 0: l * A + inf is inf, or NaN for l = +inf:
+       * both pass), except, once a key is +inf, finite scores */
+      B = prune && wb == INFINITY ? -INFINITY : INFINITY;
+      if (!prune) A = 0.f;
+      return;
     }
-    const float k = exactKey(x, T, xb);
-    if (raceBetter(k, gi, bk, bi)) {
-      bk = k;
-      bi = gi;
-      bv = x;
+    const float delta = 2e-3f + 2e-5f * (fabsf(wb) + 24.f);
+    B = fmaf(-(wb - delta), LOG2E, 16.f);
+  }
+
+  /* h of the index, from the Philox output of its group of 8 */
+  __device__ __forceinline__ static uint32_t half(uint32_t w0, uint32_t w1, uint32_t w2,
+                                                  uint32_t w3, uint32_t r) {
+    const uint32_t w = (r >> 1) == 0u ? w0 : (r >> 1) == 1u ? w1 : (r >> 1) == 2u ? w2 : w3;
+    return (r & 1u) ? w >> 16 : w & 0xffffu;
+  }
+
+  __device__ __forceinline__ void highWords(uint32_t gi, uint32_t out[4]) const {
+    uint32_t ctr[4];
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    dpsSampleCounter(offset, (int64_t)gi, 0u, ctr);
+    dpsPhilox4x32_10(ctr, key, out);
+  }
+
+  /* may the index with logit x and high half h reach wb? (x = -inf, NaN: no) */
+  __device__ __forceinline__ bool passes(float x, uint32_t h) const {
+    const float t = fastExp2(fmaf(x, A, B));
+    const float hf = __uint_as_float(0x4B000000u | (h ^ 0xffffu)) - 8388608.f; /* 65535 - h */
+    return x > -INFINITY && !(hf >= t);
+  }
+
+  /* Visits v[t] at global index gi0 + t (a whole warp calls together). */
+  template <int C>
+  __device__ __forceinline__ void visit(uint32_t gi0, const float (&v)[C]) {
+    uint32_t m = 0u;
+    if (C == 8 && (gi0 & 7u) == 0u) { /* one group of 8: one Philox call */
+      uint32_t w[4];
+      highWords(gi0, w);
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        const uint32_t h = (t & 1) ? w[t >> 1] >> 16 : w[t >> 1] & 0xffffu;
+        m |= passes(v[t], h) ? 1u << t : 0u;
+      }
+    } else {
+      uint32_t cq = 0xffffffffu, w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        const uint32_t gi = gi0 + (uint32_t)t;
+        if ((gi >> 3) != cq) {
+          highWords(gi, w);
+          cq = gi >> 3;
+        }
+        m |= passes(v[t], half(w[0], w[1], w[2], w[3], gi & 7u)) ? 1u << t : 0u;
+      }
     }
+    if (__any_sync(0xffffffffu, m != 0u)) enqueue(gi0, v, m);
+  }
+
+  template <int C>
+  __device__ __forceinline__ void enqueue(uint32_t gi0, const float (&v)[C], uint32_t m);
+
+  __device__ __forceinline__ void flush() {
+    best = raceFlush(raceQueues() + (threadIdx.x >> 5), n, T, seed, offset, best);
+    n = 0;
+    if (best.i != NO_INDEX && (threadIdx.x & 31) == 0) atomicMax(raceBlockBest(), orderKey(best.k));
+    bound();
+  }
+
+  /* A lower bound of the best key from an index of the race (logit x): its
+   * key is >= s + log(U / (1 - U)) (as -log U <= (1 - U) / U) with
+   * U >= h / 2^16. */
+  __device__ __forceinline__ void seedBound(float x, uint32_t gi) {
+    uint32_t w[4];
+    highWords(gi, w);
+    const uint32_t h = half(w[0], w[1], w[2], w[3], gi & 7u);
+    float l = -INFINITY;
+    if (prune && x > -INFINITY && x < INFINITY && h > 0u) {
+      const float s = x * __frcp_rn(T);
+      const float g = __logf((float)h) - __logf((float)(65536u - h));
+      l = s + g - (2e-3f + 2e-5f * (fabsf(s) + 24.f));
+    }
+    const uint32_t k = __reduce_max_sync(0xffffffffu, orderKey(l));
+    lb = fmaxf(lb, keyValue(k));
+    bound();
+  }
+
+  __device__ __forceinline__ void finish() {
+    if (n > 0) flush();
   }
 };
+
+template <int C>
+__device__ __forceinline__ void Race::enqueue(uint32_t gi0, const float (&v)[C], uint32_t m) {
+  const uint32_t lt = (1u << (threadIdx.x & 31)) - 1u;
+#pragma unroll
+  for (int t = 0; t < C; ++t) {
+    const bool in = (m >> t) & 1u;
+    const uint32_t bal = __ballot_sync(0xffffffffu, in);
+    if (bal == 0u) continue;
+    if (in) {
+      RaceQueue* q = raceQueues() + (threadIdx.x >> 5);
+      const int p = n + __popc(bal & lt);
+      q->idx[p] = gi0 + (uint32_t)t;
+      q->x[p] = v[t];
+    }
+    n += __popc(bal);
+    if (n > RACE_QUEUE - 32) flush();
+  }
+}
 
 /* ---- the first pass -------------------------------------------------------------- */
 template <bool RACE, bool ZRAW, bool ZS>
@@ -383,27 +527,34 @@ struct FirstVisit {
         const float y16 = __fmul_rn(dpsSampleScore(x, T), LOG2E_16);
         if (y16 > -INFINITY && y16 < INFINITY) zAdd(h.zs, y16);
       }
-      if (RACE) race.visit(x, gi);
     }
+    if (RACE) race.visit<CN>((uint32_t)(col0 + j0), v);
   }
 };
 
 template <bool RACE, bool ZRAW, bool ZS>
-__device__ __forceinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
+__device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
                            long long to, const RowP& q, Hdr* out, float* tmax) {
   FirstVisit<RACE, ZRAW, ZS> f;
   f.col0 = col0;
   f.T = q.T;
   f.tmax = -INFINITY;
   hdrInit(f.h);
-  if (RACE) f.race.init(q.T, q.seed, q.offset);
-  /* two vectors in flight: registers for the state (any traversal gives
-   * topkRangeFromMax disjoint per-thread maxima) */
-  forEachElem<2>(rowp, dtype, from, to, f);
   if (RACE) {
-    f.h.rkey = f.race.bk;
-    f.h.ridx = f.race.bi;
-    f.h.rval = f.race.bv;
+    f.race.init(q.T, q.seed, q.offset);
+    if (to > from) { /* a first bound from one index per thread, spread over the range */
+      const long long j = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
+      f.race.seedBound(loadValue(rowp, j, dtype), (uint32_t)(col0 + j));
+    }
+  }
+  /* four vectors in flight per thread (any traversal gives topkRangeFromMax
+   * disjoint per-thread maxima) */
+  forEachElemWarp<4>(rowp, dtype, from, to, f);
+  if (RACE) {
+    f.race.finish();
+    f.h.rkey = f.race.best.k;
+    f.h.ridx = f.race.best.i;
+    f.h.rval = f.race.best.v;
   }
   *tmax = f.tmax;
   blockHdrReduce(f.h, out);
@@ -669,13 +820,15 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
       running += total;
       __syncthreads();
     }
-    if (keep) race.visit(x, (uint32_t)(col0 + j));
+    const float v[1] = {keep ? x : -INFINITY};
+    race.visit<1>((uint32_t)(col0 + j), v); /* the loop's trip count is the block's */
   }
+  race.finish();
   Hdr h;
   hdrInit(h);
-  h.rkey = race.bk;
-  h.ridx = race.bi;
-  h.rval = race.bv;
+  h.rkey = race.best.k;
+  h.ridx = race.best.i;
+  h.rval = race.best.v;
   blockHdrReduce(h, &s_h);
   *bk = s_h.rkey;
   *bi = s_h.ridx;
@@ -955,10 +1108,40 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
   if (threadIdx.x == 0 && !bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st->lse);
 }
 
+/* The draw of a row from its merged first record (in shared memory): the
+ * fast path here; the exact path on this block at tp == 1, else the row's
+ * search state for the next steps. Nothing is written when `bad`. */
+__device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const Hdr& h, const u64* sel,
+                        bool bad) {
+  __shared__ SState s_st;
+  __shared__ int s_path;
+  RowP q = rowParams(a.p, row);
+  uint32_t bits;
+  if (badArg(q, &bits)) {
+    q.T = 1.f;
+    q.top_p = 1.f;
+    q.min_p = 0.f;
+  }
+  if (threadIdx.x < 32) {
+    s_st.mode = MODE_DONE;
+    __syncwarp();
+    const int path = decide(a, row, q, h, sel, bad, &s_st);
+    if (threadIdx.x == 0) s_path = path;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (!bad) count(a, s_path);
+    if (s_path != PATH_EXACT || bad) s_st.mode = MODE_DONE; /* nothing more is drawn */
+    if (a.tp > 1) *stateOf(a, row) = s_st;
+  }
+  __syncthreads();
+  if (a.tp == 1 && s_st.mode != MODE_DONE) exactLocal(a, row, &s_st, bad);
+}
+
 /* ---- the kernels --------------------------------------------------------------------- */
 /* The first pass of item = row * chunks + chunk; the last chunk of a row to
- * finish merges the chunks' records and emits the row's record. (The draw
- * is the merge kernel's, also at tp == 1: this kernel stays lean.) */
+ * finish merges the chunks' records and emits the row's record, or at
+ * tp == 1 draws the row itself. */
 __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
@@ -1039,6 +1222,10 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
     }
     __syncthreads();
   }
+  if (a.tp == 1) { /* no exchange: the draw on this block (one kernel per call) */
+    drawRow(a, row, s_hdr, s_sel, callInvalid(a, row == 0));
+    return;
+  }
   if (threadIdx.x == 0) hdrPack(s_hdr, s_rec);
   for (int j = threadIdx.x; j < a.cand; j += blockDim.x) {
     s_rec[HDR + 2 * j] = (uint32_t)s_sel[j];
@@ -1052,8 +1239,9 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
  * ranks sharing a GPU must all stay resident), one block at a time. */
 #define FOR_ITEMS(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)
 
-/* two blocks per SM: the pass streams the logits */
-__global__ void __launch_bounds__(THREADS, 2) firstKernel(dpsSampleArgs a) {
+/* one block of 512 threads per SM, 128 registers a thread: the race's
+ * noise and four vectors in flight per thread without spilling the loop */
+__global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
@@ -1126,7 +1314,6 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
   __shared__ u64 s_bins[DPS_OS_MAX_RANKS * BINS];
   __shared__ Hdr s_hdr;
   __shared__ SState s_st;
-  __shared__ int s_path;
   const int tp = a.tp;
   if (a.step == DPS_SAMPLE_STEP_FIRST) {
     if (!recFetch(a.src, tp, a.rows, row, a.words, s_rec, e)) return false;
@@ -1149,29 +1336,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
       if (place < a.cand) s_sel[place] = s_lists[i];
     }
     __syncthreads();
-    RowP q = rowParams(a.p, row);
-    uint32_t bits;
-    if (badArg(q, &bits)) {
-      q.T = 1.f;
-      q.top_p = 1.f;
-      q.min_p = 0.f;
-    }
-    if (threadIdx.x < 32) {
-      s_st.mode = MODE_DONE;
-      __syncwarp();
-      const int path = decide(a, row, q, s_hdr, s_sel, bad, &s_st);
-      if (threadIdx.x == 0) s_path = path;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      if (!bad) count(a, s_path);
-      if (s_path != PATH_EXACT) s_st.mode = MODE_DONE;
-      if (bad) s_st.mode = MODE_DONE; /* nothing more is drawn or written */
-      if (tp > 1) *stateOf(a, row) = s_st;
-    }
-    __syncthreads();
-    /* tp == 1: the searches and the race on this block, no exchange */
-    if (tp == 1 && s_st.mode != MODE_DONE) exactLocal(a, row, &s_st, bad);
+    drawRow(a, row, s_hdr, s_sel, bad);
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);

@@ -2,8 +2,8 @@
  * kernels/sample.cu). docs/sampling.md is the design.
  *
  * Steps (each one local pass + one records exchange + one merge, see
- * records.h; at tp == 1 only the first, its records staying on the device,
- * and the merge runs the searches and the race of its rows itself):
+ * records.h; at tp == 1 only the first pass, whose kernel then draws every
+ * row itself, searches and race included, and nothing is exchanged):
  *  FIRST   every rank reduces its shard of a row to a record: the maximum and
  *          its index, the count of valid columns, the race winner over the
  *          whole shard (rows without top-k and top-p), fixed-point sums of
@@ -49,6 +49,9 @@ extern "C" {
 /* Rows x chunks of the first pass that may split a row (partial records). */
 #define DPS_SAMPLE_MAX_PARTIALS 2048
 #define DPS_SAMPLE_MAX_CHUNKS 8
+/* Blocks of the first pass resident per SM (its launch bounds; the host
+ * splits rows into chunks to fill the SMs once). */
+#define DPS_SAMPLE_FIRST_BLOCKS_PER_SM 1
 /* The largest V: fixed-point sums of 2^40-scaled terms stay below 2^63. */
 #define DPS_SAMPLE_VOCAB_MAX (1ll << 23)
 
@@ -98,7 +101,6 @@ typedef struct {
 typedef struct {
   void* state;              /* [max rows] x DPS_SAMPLE_STATE_BYTES */
   uint32_t* partial;        /* [DPS_SAMPLE_MAX_PARTIALS] x DPS_SAMPLE_MAX_WORDS */
-  uint32_t* records;        /* tp == 1: the first records [max rows] x DPS_SAMPLE_MAX_WORDS */
   unsigned int* tickets;    /* [max rows] */
   dpsSampleCounters* counters;
 } dpsSampleScratch;

@@ -124,6 +124,72 @@ __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long lo
   else forEachElemT<0, U>(rowp, from, to, f);
 }
 
+/* As forEachElemT, with every call of f.run<C>(j0, v) made by a whole warp
+ * at once (warp-wide votes and shuffles are allowed inside run): a lane
+ * without a column there gets v[t] = -inf (and an unspecified j0), which the
+ * visitor must ignore like a -inf logit. The head and the tail go to warp 0. */
+template <int DT, int U, typename F>
+__device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long from, long long to,
+                                                 F& f) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  constexpr int per = 16 / esize;
+  const int lane = threadIdx.x & 31;
+  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
+  long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
+  if (head > to - from) head = to - from;
+  const long long vfrom = from + head;
+  const long long nvec = (to - vfrom) / per;
+  const long long tail = vfrom + nvec * per;
+  if (threadIdx.x < 32 && head > 0) {
+    const long long j = from + lane;
+    const float v[1] = {j < vfrom ? loadValue(rowp, j, DT) : -INFINITY};
+    f.template run<1>(j, v);
+  }
+  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  const long long step = (long long)blockDim.x * U;
+  for (long long w0 = (long long)(threadIdx.x - lane); w0 < nvec; w0 += step) {
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = w0 + lane + (long long)u * blockDim.x;
+      q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (w0 + (long long)u * blockDim.x >= nvec) break; /* warp-uniform */
+      const long long i = w0 + lane + (long long)u * blockDim.x;
+      const bool ok = i < nvec;
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+      float v[per];
+#pragma unroll
+      for (int t = 0; t < per; ++t) {
+        float x;
+        if (DT == 0) {
+          x = __uint_as_float(w[t]);
+        } else {
+          const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
+          x = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+        }
+        v[t] = ok ? x : -INFINITY;
+      }
+      f.template run<per>(vfrom + i * per, v);
+    }
+  }
+  if (threadIdx.x < 32 && tail < to) {
+    const long long j = tail + lane;
+    const float v[1] = {j < to ? loadValue(rowp, j, DT) : -INFINITY};
+    f.template run<1>(j, v);
+  }
+}
+
+template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElemWarp(const char* rowp, int dtype, long long from,
+                                                long long to, F& f) {
+  if (dtype == 1) forEachElemWarpT<1, U>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemWarpT<2, U>(rowp, from, to, f);
+  else forEachElemWarpT<0, U>(rowp, from, to, f);
+}
+
 /* Column range [from, to) of chunk `chunk` of `chunks` over n columns. */
 __device__ __forceinline__ void chunkRange(long long n, int chunks, int chunk, long long* from,
                                            long long* to) {
