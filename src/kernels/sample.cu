@@ -290,10 +290,15 @@ __device__ void blockHdrReduce(Hdr h, Hdr* out) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   if (lane == 0) s_w[w] = h;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    Hdr t = s_w[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); ++i) hdrMerge(t, s_w[i]);
-    *out = t;
+  if (w == 0) { /* the warps' records by one warp (every merge is order-free) */
+    Hdr t;
+    if (lane < (int)(blockDim.x >> 5)) t = s_w[lane];
+    else hdrInit(t);
+    for (int o = 16; o > 0; o >>= 1) {
+      const Hdr u = hdrShfl(t, o);
+      hdrMerge(t, u);
+    }
+    if (lane == 0) *out = t;
   }
   __syncthreads();
 }
@@ -360,6 +365,14 @@ __device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, u
   if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
   return b;
 }
+
+template <int C>
+struct RaceVals {
+  float v[C];
+};
+struct Race;
+template <int C>
+__device__ __noinline__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m);
 
 struct Race {
   float T;
@@ -446,11 +459,14 @@ struct Race {
         m |= passes(v[t], half(w[0], w[1], w[2], w[3], gi & 7u)) ? 1u << t : 0u;
       }
     }
-    if (__any_sync(0xffffffffu, m != 0u)) enqueue(gi0, v, m);
+    if (__any_sync(0xffffffffu, m != 0u)) { /* rare: out of line, the loop stays small */
+      RaceVals<C> vals;
+#pragma unroll
+      for (int t = 0; t < C; ++t) vals.v[t] = v[t];
+      *this = raceEnqueue<C>(*this, gi0, vals, m);
+    }
   }
 
-  template <int C>
-  __device__ __forceinline__ void enqueue(uint32_t gi0, const float (&v)[C], uint32_t m);
 
   __device__ __forceinline__ void flush() {
     best = raceFlush(raceQueues() + (threadIdx.x >> 5), n, T, seed, offset, best);
@@ -483,22 +499,22 @@ struct Race {
 };
 
 template <int C>
-__device__ __forceinline__ void Race::enqueue(uint32_t gi0, const float (&v)[C], uint32_t m) {
+__device__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m) {
   const uint32_t lt = (1u << (threadIdx.x & 31)) - 1u;
-#pragma unroll
   for (int t = 0; t < C; ++t) {
     const bool in = (m >> t) & 1u;
     const uint32_t bal = __ballot_sync(0xffffffffu, in);
     if (bal == 0u) continue;
     if (in) {
       RaceQueue* q = raceQueues() + (threadIdx.x >> 5);
-      const int p = n + __popc(bal & lt);
+      const int p = r.n + __popc(bal & lt);
       q->idx[p] = gi0 + (uint32_t)t;
-      q->x[p] = v[t];
+      q->x[p] = vals.v[t];
     }
-    n += __popc(bal);
-    if (n > RACE_QUEUE - 32) flush();
+    r.n += __popc(bal);
+    if (r.n > RACE_QUEUE - 32) r.flush();
   }
+  return r;
 }
 
 /* ---- the first pass -------------------------------------------------------------- */
@@ -1241,7 +1257,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
 
 /* one block of 512 threads per SM, 128 registers a thread: the race's
  * noise and four vectors in flight per thread without spilling the loop */
-__global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(dpsSampleArgs a) {
+__global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
@@ -1292,7 +1308,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
   }
 }
 
-__global__ void __launch_bounds__(THREADS) stepKernel(dpsSampleArgs a) {
+__global__ void __launch_bounds__(THREADS) stepKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
@@ -1377,7 +1393,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
   return true;
 }
 
-__global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(dpsSampleArgs a) {
+__global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const u64 e = mergeEpoch(a.src);
   if (e == 0) return;
