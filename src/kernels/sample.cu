@@ -380,7 +380,6 @@ struct Race {
   bool prune;
   u64 seed, offset;
   RaceBest best; /* the same on every lane of the warp */
-  float lb;      /* a lower bound of the best key (-inf: none) */
   int n;         /* queued in this warp's queue */
 
   /* Every thread of the block calls (a barrier: the block's best is reset). */
@@ -391,7 +390,6 @@ struct Race {
     seed = sd;
     offset = off;
     best = RaceBest{-INFINITY, NO_INDEX, -INFINITY};
-    lb = -INFINITY;
     n = 0;
     __syncthreads(); /* the previous user of the block's best is done */
     if (threadIdx.x == 0) *raceBlockBest() = KEY_NEG_INF;
@@ -401,7 +399,6 @@ struct Race {
 
   __device__ __forceinline__ void bound() {
     float wb = best.i == NO_INDEX ? -INFINITY : best.k;
-    wb = fmaxf(wb, lb);
     wb = fmaxf(wb, keyValue(*(volatile uint32_t*)raceBlockBest()));
     if (!prune || !(fabsf(wb) < 1e30f)) {
       /* everything passes (A = 0: l * A + inf is inf, or NaN for l = +inf:
@@ -475,21 +472,36 @@ struct Race {
     bound();
   }
 
-  /* A lower bound of the best key from an index of the race (logit x): its
+  /* A first lower bound of the best key, from 8 indices per thread spread
+   * over [from, to) (every index there takes part in the race): an index's
    * key is >= s + log(U / (1 - U)) (as -log U <= (1 - U) / U) with
-   * U >= h / 2^16. */
-  __device__ __forceinline__ void seedBound(float x, uint32_t gi) {
-    uint32_t w[4];
-    highWords(gi, w);
-    const uint32_t h = half(w[0], w[1], w[2], w[3], gi & 7u);
+   * U >= h / 2^16; the block's best of them is shared (every thread of the
+   * block calls). */
+  __device__ __forceinline__ void seedBound(const char* rowp, int dtype, long long col0,
+                                            long long from, long long to) {
     float l = -INFINITY;
-    if (prune && x > -INFINITY && x < INFINITY && h > 0u) {
-      const float s = x * __frcp_rn(T);
-      const float g = __logf((float)h) - __logf((float)(65536u - h));
-      l = s + g - (2e-3f + 2e-5f * (fabsf(s) + 24.f));
+    if (prune && to > from) {
+      long long j0 = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
+      j0 -= (long long)((uint32_t)(col0 + j0) & 7u); /* one Philox call for the 8 */
+      uint32_t w[4];
+      highWords((uint32_t)(col0 + j0), w);
+      const float invT = __frcp_rn(T);
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const long long j = j0 + t;
+        if (j < from || j >= to) continue;
+        const float x = loadValue(rowp, j, dtype);
+        const uint32_t h = half(w[0], w[1], w[2], w[3], (uint32_t)t);
+        if (x > -INFINITY && x < INFINITY && h > 0u) {
+          const float sc = x * invT;
+          const float g = __logf((float)h) - __logf((float)(65536u - h));
+          l = fmaxf(l, sc + g - (2e-3f + 2e-5f * (fabsf(sc) + 24.f)));
+        }
+      }
     }
     const uint32_t k = __reduce_max_sync(0xffffffffu, orderKey(l));
-    lb = fmaxf(lb, keyValue(k));
+    if ((threadIdx.x & 31) == 0) atomicMax(raceBlockBest(), k);
+    __syncthreads();
     bound();
   }
 
@@ -558,14 +570,12 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   hdrInit(f.h);
   if (RACE) {
     f.race.init(q.T, q.seed, q.offset);
-    if (to > from) { /* a first bound from one index per thread, spread over the range */
-      const long long j = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
-      f.race.seedBound(loadValue(rowp, j, dtype), (uint32_t)(col0 + j));
-    }
+    f.race.seedBound(rowp, dtype, col0, from, to);
   }
-  /* four vectors in flight per thread (any traversal gives topkRangeFromMax
-   * disjoint per-thread maxima) */
-  forEachElemWarp<4>(rowp, dtype, from, to, f);
+  /* eight vectors in flight per thread, four where the race's noise needs
+   * the registers (one block per SM: 64 KB or 32 KB in flight; any traversal
+   * gives topkRangeFromMax disjoint per-thread maxima) */
+  forEachElemWarp<RACE ? 4 : 8>(rowp, dtype, from, to, f);
   if (RACE) {
     f.race.finish();
     f.h.rkey = f.race.best.k;
