@@ -139,9 +139,7 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
                              int may_filter, cudaStream_t stream) {
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
-    a->step = DPS_SAMPLE_STEP_FIRST;
-    a->words = DPS_SAMPLE_FIRST_WORDS(a->cand);
-    a->sink.kind = DPS_REC_PLAIN;
+    a->step = DPS_SAMPLE_STEP_FIRST; /* no sink: nothing leaves the kernel but the outputs */
     return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
   }
   if (comm->ops->records == NULL)

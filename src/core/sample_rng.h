@@ -24,9 +24,9 @@
  * Why x in two halves from two Philox streams: the race needs the exact
  * noise of a handful of indices per row only. The high half fixes U to
  * within 2^-16, which bounds G from above; the kernels compute the high
- * halves of every index (one Philox call per 8 indices) and the low half
- * (a second call) only where that bound lets the index reach the best key
- * so far. (q < 2^60, so bit 31 of ctr[1] is free for the stream d.)
+ * halves of the indices they visit (one Philox call serves 8) and the low
+ * half (a second call) only where that bound lets the index reach the best
+ * key so far. (q < 2^60, so bit 31 of ctr[1] is free for the stream d.)
  *
  * Why U in double: x + 0.5 needs 33 bits, so (x + 0.5) * 2^-32 is exact in
  * double; U lies in [2^-33, 1 - 2^-33], never 0 or 1, and all 2^32 values of

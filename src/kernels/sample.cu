@@ -400,11 +400,20 @@ struct Race {
   __device__ __forceinline__ void bound() {
     float wb = best.i == NO_INDEX ? -INFINITY : best.k;
     wb = fmaxf(wb, keyValue(*(volatile uint32_t*)raceBlockBest()));
-    if (!prune || !(fabsf(wb) < 1e30f)) {
-      /* everything passes (A = 0: l * A + inf is inf, or NaN for l = +inf:
-       * both pass), except, once a key is +inf, finite scores */
-      B = prune && wb == INFINITY ? -INFINITY : INFINITY;
-      if (!prune) A = 0.f;
+    if (!prune) { /* everything passes: l * 0 + inf is inf, or NaN for l = +inf */
+      A = 0.f;
+      B = INFINITY;
+      return;
+    }
+    if (wb == INFINITY) {
+      /* only a +inf key ties (lower index wins): a score l / T that
+       * overflows, which needs l * A >= FLT_MAX * log2(e) (about 4.9e38,
+       * +inf in fp32); every index with l * A >= 1.2e38 passes */
+      B = 16.f - 1.2e38f;
+      return;
+    }
+    if (!(fabsf(wb) < 1e30f)) { /* -inf or huge: everything passes */
+      B = INFINITY;
       return;
     }
     const float delta = 2e-3f + 2e-5f * (fabsf(wb) + 24.f);
@@ -448,6 +457,7 @@ struct Race {
       uint32_t cq = 0xffffffffu, w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
       for (int t = 0; t < C; ++t) {
+        if (!(v[t] > -INFINITY)) continue; /* not in the race (the exact path's race) */
         const uint32_t gi = gi0 + (uint32_t)t;
         if ((gi >> 3) != cq) {
           highWords(gi, w);
@@ -1266,7 +1276,8 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
 #define FOR_ITEMS(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)
 
 /* one block of 512 threads per SM, 128 registers a thread: the race's
- * noise and four vectors in flight per thread without spilling the loop */
+ * noise and its vectors in flight (at 64 registers the race's loop spilled
+ * about 1 KB a thread) */
 __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;

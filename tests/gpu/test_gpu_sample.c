@@ -500,6 +500,50 @@ static int bugDist(const float* row, int64_t V, const fxSampleParams* p, int bug
   return 0;
 }
 
+/* Finite logits whose score l / T overflows to +inf tie at a +inf key: the
+ * lowest such index wins (spec: ties to the lower index). Each row: 0 below
+ * index 8, 10 + i on [8, 128) (early survivors: the warps flush and share
+ * their best), 0 on [128, 2048), 2e38 from 2048 on (2e38 / 0.5 = +inf). Once
+ * one warp's best is +inf, the race must still visit the lower indices that
+ * overflow too: every row's token is 2048. fp32. */
+static int testOverflowTie(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s) {
+  float* x = (float*)malloc((size_t)R * (size_t)V * sizeof(float));
+  uint64_t* seeds = (uint64_t*)malloc((size_t)R * sizeof(uint64_t));
+  int64_t* tok = (int64_t*)malloc((size_t)R * sizeof(int64_t));
+  FX_CHECK(x && seeds && tok, "out of host memory\n");
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < V; ++i)
+      x[r * V + i] = i >= 2048 ? 2e38f : (i >= 8 && i < 128) ? 10.0f + (float)i : 0.0f;
+    seeds[r] = 0x5eed0000ull + (uint64_t)r;
+  }
+  float* d_x;
+  uint64_t* d_seeds;
+  int64_t* d_tok;
+  GT_CUDA(cudaMalloc((void**)&d_x, (size_t)R * (size_t)V * sizeof(float)));
+  GT_CUDA(cudaMalloc((void**)&d_seeds, (size_t)R * sizeof(uint64_t)));
+  GT_CUDA(cudaMalloc((void**)&d_tok, (size_t)R * sizeof(int64_t)));
+  GT_CUDA(cudaMemcpy(d_x, x, (size_t)R * (size_t)V * sizeof(float), cudaMemcpyHostToDevice));
+  GT_CUDA(cudaMemcpy(d_seeds, seeds, (size_t)R * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  p.temperature = 0.5f;
+  p.seeds = d_seeds;
+  int wrong = 0;
+  for (int rep = 0; rep < 8 && !wrong; ++rep) {
+    p.offset = (uint64_t)rep;
+    FX_CHECK_OK(dpsSample(comm, d_x, R, V, dpsFloat32, V, &p, d_tok, NULL, s));
+    GT_CUDA(cudaStreamSynchronize(s));
+    GT_CUDA(cudaMemcpy(tok, d_tok, (size_t)R * sizeof(int64_t), cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < R; ++r) wrong += tok[r] != 2048;
+  }
+  FX_CHECK(wrong == 0, "overflowing scores: %d rows not drawn at index 2048 (the lowest +inf key)\n",
+           wrong);
+  cudaFree(d_x), cudaFree(d_seeds), cudaFree(d_tok);
+  free(x), free(seeds), free(tok);
+  printf("    +inf keys from overflowing scores: the lowest index, %lld rows x 8 calls\n",
+         (long long)R);
+  return 0;
+}
+
 static int testChi(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s, double* seconds) {
   const double t_all = nowS();
   const ChiCase cases[] = {
@@ -680,6 +724,7 @@ static int body(dpsBackend_t backend) {
     if (testMixed(comm, &h, &d, &res, tag, s)) return 1;
     if (ci == 0 && testBadArgs(comm, &h, &d, &res, capacity, s)) return 1;
     if (ci == 0 && testPaths(comm, c->V, c->dtype, &res, s)) return 1;
+    if (c->dtype == dpsFloat32 && testOverflowTie(comm, c->V, c->rows, s)) return 1;
     if (ci < 2 && testGraph(comm, &h, &d, &res, tag, s)) return 1;
     smpDevFree(&d);
     smpHostFree(&h);
