@@ -188,9 +188,10 @@ DPS_API dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_avail
 DPS_API dpsResult_t dpsParseBackend(const char* name, dpsBackend_t* backend);
 
 /* Whether the one-sided transport can run between the given local CUDA
- * devices: every pair has peer access (NVLink load/store). Writes 0 when no
- * GPU is present. This is a quick local check; creation decides with NCCL's
- * LSA team, which is authoritative. */
+ * devices: every pair has peer access (NVLink load/store), and neither
+ * NCCL_CUMEM_ENABLE nor NCCL_WIN_ENABLE is 0 in the environment. Writes 0
+ * when no GPU is present. This is a quick local check; creation decides with
+ * NCCL's LSA team, which is authoritative. */
 DPS_API dpsResult_t dpsOnesidedAvailableOnDevices(const int* cuda_devices, int count, int* available);
 
 /* ------------------------------------------------------------------------- */

@@ -287,7 +287,8 @@ def onesided_available(group=None):
     """Quick local check: can the one-sided transport run on this group?
 
     Uses dpsOnesidedAvailableOnDevices over the CUDA devices of the group's
-    ranks on this node (peer access between every pair). False without torch,
+    ranks on this node (peer access between every pair, and neither
+    NCCL_CUMEM_ENABLE nor NCCL_WIN_ENABLE set to 0). False without torch,
     without a GPU, or when a rank is on another node; never raises. Creation
     decides with NCCL's LSA team, which is authoritative.
     """

@@ -86,14 +86,6 @@ static void npFinish(dpsComm_t comm, int failed) {
 
 /* ---- symmetric memory ------------------------------------------------------ */
 /* Whether an environment variable is set to the number 0. */
-static int envIsZero(const char* name) {
-  const char* v = getenv(name);
-  if (v == NULL || *v == '\0') return 0;
-  char* end = NULL;
-  const long x = strtol(v, &end, 10);
-  return *end == '\0' && x == 0;
-}
-
 typedef CUresult (*RetainFn)(CUmemGenericAllocationHandle*, void*);
 typedef CUresult (*ReleaseFn)(CUmemGenericAllocationHandle);
 
@@ -139,11 +131,11 @@ static dpsResult_t symPrecheck(void* base, const char* what) {
              rt / 10000, rt / 100 % 100, rt % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     return unavailable(what, cause);
   }
-  if (envIsZero("NCCL_WIN_ENABLE"))
+  if (dpsEnvIsZero("NCCL_WIN_ENABLE"))
     return unavailable(what, "NCCL_WIN_ENABLE=0 is set (unset it to use onesided)");
   const int vmm = isCuMemMapping(base);
   if (vmm == 1) return dpsSuccess;
-  if (envIsZero("NCCL_CUMEM_ENABLE"))
+  if (dpsEnvIsZero("NCCL_CUMEM_ENABLE"))
     return unavailable(what,
                        "NCCL_CUMEM_ENABLE=0 is set (vLLM and SGLang set it), so ncclMemAlloc "
                        "returns cudaMalloc memory that peers cannot map (set NCCL_CUMEM_ENABLE=1 "

@@ -44,7 +44,9 @@ dpsResult_t dpsOnesidedAvailableOnDevices(const int* devs, int count, int* avail
     if (devs[i] < 0 || devs[i] >= n)
       return dpsSetError(dpsInvalidArgument, "cuda_devices[%d]=%d is not one of the %d devices", i,
                          devs[i], n);
-  int ok = 1;
+  /* with either at 0, ncclMemAlloc memory cannot be mapped by peers (or NCCL
+   * registers no windows): creation would refuse onesided */
+  int ok = !dpsEnvIsZero("NCCL_CUMEM_ENABLE") && !dpsEnvIsZero("NCCL_WIN_ENABLE");
   for (int i = 0; i < count && ok; ++i)
     for (int j = 0; j < count && ok; ++j) {
       if (devs[i] == devs[j]) continue;

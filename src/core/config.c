@@ -130,6 +130,14 @@ int dpsEnvUint(const char* name, uint64_t* value) {
   return 1;
 }
 
+int dpsEnvIsZero(const char* name) {
+  const char* v = getenv(name);
+  if (v == NULL || *v == '\0') return 0;
+  char* end = NULL;
+  const long x = strtol(v, &end, 10);
+  return *end == '\0' && x == 0;
+}
+
 /* Reads one override variable; *set = 0 if unset or empty. */
 static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value) {
   const char* v = getenv(var);

@@ -80,6 +80,9 @@ dpsResult_t dpsCommMarkFailed(dpsComm_t comm, dpsResult_t r);
  * space or prefix), at most UINT64_MAX. Returns 0 when unset or empty, 1 with
  * *value set, -1 when malformed (*value untouched). Ranges are the caller's. */
 int dpsEnvUint(const char* name, uint64_t* value);
+/* Whether environment variable `name` is set to a number equal to 0 (as NCCL
+ * reads NCCL_CUMEM_ENABLE / NCCL_WIN_ENABLE). */
+int dpsEnvIsZero(const char* name);
 
 /* ---- limits (core/config.c), checked once, in 64 bits ------------------- */
 /* The longest one-sided timeout, from the config or DPSAMPLING_TIMEOUT_MS:

@@ -10,6 +10,8 @@
  *  - on: auto and onesided both create onesided communicators;
  *  - every communicator created runs a swap and both gathers, each value
  *    checked against the fixtures' host reference;
+ *  - dpsOnesidedAvailableOnDevices says 0 under either variable at 0, 1
+ *    when symmetric memory is on;
  *  - afterwards the CUDA context still works (an illegal address touched by
  *    a setup kernel would fail every later call): allocate, set, copy back,
  *    compare, synchronize. */
@@ -67,6 +69,15 @@ static int body(int rank, int nranks, void* arg) {
   const char* off = offBy(nranks);
   struct ncclComm* nc = fxNcclComm();
   FX_CHECK(nc != NULL, "fxNcclComm failed");
+  /* the quick check says what creation will find where the environment
+   * decides (an old NCCL it cannot see) */
+  int dev = 0, avail = -1;
+  GT_CUDA(cudaGetDevice(&dev));
+  FX_CHECK_OK(dpsOnesidedAvailableOnDevices(&dev, 1, &avail));
+  if (off != NULL && strncmp(off, "NCCL_", 5) == 0)
+    FX_CHECK(avail == 0, "dpsOnesidedAvailableOnDevices says %d with %s", avail, off);
+  if (off == NULL)
+    FX_CHECK(avail == 1, "dpsOnesidedAvailableOnDevices says %d, symmetric memory is on", avail);
   const dpsBackend_t asked[3] = {dpsBackendAuto, dpsBackendOnesided, dpsBackendNccl};
   for (int i = 0; i < 3; ++i) {
     dpsConfig_t c = gtConfig(rank, nranks, 8, 2, 1000, dpsBfloat16, asked[i]);
