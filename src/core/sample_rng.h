@@ -185,10 +185,12 @@ DPS_RNG_HD void dpsSampleCounter(uint64_t offset, int64_t index, uint32_t d, uin
   ctr[3] = (uint32_t)(offset >> 32);
 }
 
-/* The 16-bit half of a Philox output that belongs to index. */
+/* The 16-bit half of a Philox output that belongs to index (selects, not an
+ * indexed array: on the device the words stay in registers). */
 DPS_RNG_HD uint32_t dpsSampleHalf(const uint32_t out[4], int64_t index) {
-  const uint32_t w = out[((uint64_t)index >> 1) & 3u];
-  return ((uint64_t)index & 1u) ? w >> 16 : w & 0xffffu;
+  const uint32_t r = (uint32_t)((uint64_t)index & 7u);
+  const uint32_t w = (r >> 1) == 0u ? out[0] : (r >> 1) == 1u ? out[1] : (r >> 1) == 2u ? out[2] : out[3];
+  return (r & 1u) ? w >> 16 : w & 0xffffu;
 }
 
 /* One 16-bit half of x of (seed, offset, index): stream 0 the high, 1 the low. */

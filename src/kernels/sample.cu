@@ -420,13 +420,6 @@ struct Race {
     B = fmaf(-(wb - delta), LOG2E, 16.f);
   }
 
-  /* h of the index, from the Philox output of its group of 8 */
-  __device__ __forceinline__ static uint32_t half(uint32_t w0, uint32_t w1, uint32_t w2,
-                                                  uint32_t w3, uint32_t r) {
-    const uint32_t w = (r >> 1) == 0u ? w0 : (r >> 1) == 1u ? w1 : (r >> 1) == 2u ? w2 : w3;
-    return (r & 1u) ? w >> 16 : w & 0xffffu;
-  }
-
   __device__ __forceinline__ void highWords(uint32_t gi, uint32_t out[4]) const {
     uint32_t ctr[4];
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -463,7 +456,7 @@ struct Race {
           highWords(gi, w);
           cq = gi >> 3;
         }
-        m |= passes(v[t], half(w[0], w[1], w[2], w[3], gi & 7u)) ? 1u << t : 0u;
+        m |= passes(v[t], dpsSampleHalf(w, gi)) ? 1u << t : 0u;
       }
     }
     if (__any_sync(0xffffffffu, m != 0u)) { /* rare: out of line, the loop stays small */
@@ -501,7 +494,7 @@ struct Race {
         const long long j = j0 + t;
         if (j < from || j >= to) continue;
         const float x = loadValue(rowp, j, dtype);
-        const uint32_t h = half(w[0], w[1], w[2], w[3], (uint32_t)t);
+        const uint32_t h = dpsSampleHalf(w, (int64_t)t);
         if (x > -INFINITY && x < INFINITY && h > 0u) {
           const float sc = x * invT;
           const float g = __logf((float)h) - __logf((float)(65536u - h));
