@@ -376,7 +376,9 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
  *  - stream-ordered, no allocation, no host synchronization, capturable;
  *    onesided: one local kernel and one exchange kernel, a dead peer ends in
  *    dpsTimeout; nccl: a local kernel, one all-gather, a merge kernel;
- *  - V is below 2^32 (global indices travel as 32 bits; dpsConfigCheck).
+ *  - V is below 2^32 (global indices travel as 32 bits; dpsConfigCheck);
+ *  - tp_size <= 8 (as for dpsSample): on an nccl communicator of more ranks
+ *    these calls return dpsUnavailable (the swap and the gathers run).
  * dpsArgmax: value [rows] of dtype (NULL: not wanted), index int64 [rows]
  *   (required), lse fp32 [rows] (NULL: not wanted), the row's logsumexp over
  *   the valid columns (NaN if one is NaN), so the argmax token's logprob is

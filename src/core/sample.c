@@ -40,6 +40,8 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   return s;
 }
 
+_Static_assert(DPS_SHARD_MAX_RANKS == DPS_OS_MAX_RANKS, "the merges' per-rank arrays");
+
 dpsResult_t dpsAllocSampleScratch(dpsComm_t comm) {
   _Static_assert(DPS_SAMPLE_MAX_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
   _Static_assert(DPS_SAMPLE_PSEARCH_WORDS <= DPS_REC_MAX_WORDS, "record capacity");

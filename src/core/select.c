@@ -14,6 +14,11 @@ dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits
   if (logits == NULL) return dpsSetError(dpsInvalidArgument, "%s: logits is NULL", op);
   DPS_CHECK(dpsCheckLogitsDtype(op, dtype));
   const dpsConfig_t* c = &comm->config;
+  if (c->tp_size > DPS_SHARD_MAX_RANKS)
+    return dpsSetError(dpsUnavailable,
+                       "%s: tp_size=%d: argmax, topk and sample support at most %d ranks (their "
+                       "merges hold every rank's record of a row on chip)",
+                       op, c->tp_size, DPS_SHARD_MAX_RANKS);
   const int64_t max_rows = (int64_t)c->max_pad_bs * c->num_tokens_per_req;
   const int64_t want_cols = c->vocab_size / c->tp_size;
   if (rows < 1 || rows > max_rows)

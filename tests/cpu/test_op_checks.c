@@ -212,6 +212,35 @@ static int testGatherChecks(void) {
   return 0;
 }
 
+/* tp above DPS_SHARD_MAX_RANKS (nccl allows it; the merges hold every rank's
+ * record on chip): argmax, top-k and sample refuse, naming tp_size, before any
+ * backend work; the swap still runs. */
+static int testShardRankLimit(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  cfg.tp_size = 16;
+  cfg.rank = 3;
+  cfg.vocab_size = 16 * 100;
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  static _Alignas(16) char out8[64 * 8 * 8];
+  FX_CHECK_ERR(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 1600, NULL, (int64_t*)out8, NULL, NULL),
+               dpsUnavailable, "argmax: tp_size=16");
+  FX_CHECK_ERR(dpsTopK(comm, in_buf, 8, 100, dpsBfloat16, 4, 1600, NULL, (int64_t*)out8, NULL),
+               dpsUnavailable, "topk: tp_size=16");
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 1600, &p, (int64_t*)out8, NULL, NULL),
+               dpsUnavailable, "sample: tp_size=16");
+  FX_CHECK(rec.select == 0 && rec.records == 0, "a refused call reached the backend: select=%d "
+           "records=%d", rec.select, rec.records);
+  void* out = SENTINEL;
+  FX_CHECK_OK(dpsSwapBatchVocab(comm, in_buf, 16 * 3, 100, dpsBfloat16, 16, &out, NULL));
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  printf("shard reductions: tp_size=16 refused (at most %d ranks), the swap runs\n",
+         DPS_SHARD_MAX_RANKS);
+  return 0;
+}
+
 static int testDtypeLock(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsDtypeUnset);
@@ -575,6 +604,7 @@ int main(void) {
   fails += testGatherChecks();
   fails += testSelectOutputs();
   fails += testSampleChecks();
+  fails += testShardRankLimit();
   fails += testDtypeLock();
   fails += testOpMayBlock();
   fails += testStickyAsyncError();
