@@ -409,7 +409,8 @@ DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, in
  *    Philox4x32-10 keyed by the row's seed and counting over (offset, global
  *    index): exact in distribution, the same token at every tp, on both
  *    backends, whatever the batch around the row, bit for bit on every call;
- *    a user can recompute it on the host (docs/sampling.md);
+ *    a user can recompute it on the host (docs/sampling.md); tp_size <= 8
+ *    (more ranks: dpsUnavailable);
  *  - logprob: the raw log_softmax of the row at the token (no temperature, no
  *    filters); NaN counts as -inf; a row with nothing valid yields token 0 and
  *    logprob -inf; global indices >= vocab_limit never take part.
