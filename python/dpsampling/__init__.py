@@ -592,7 +592,8 @@ class DpSamplingComm(_C.Comm):
         token's logprob is value - lse. Ties go to the lower global index,
         NaN never wins, columns at or beyond vocab_limit (global) are
         excluded. The out_* tensors, when given, are written in place (no
-        extra kernel)."""
+        extra kernel). At most 8 ranks (tp_size <= 8): more raise
+        RuntimeError."""
         torch = _torch()
         rows = local_logits.shape[0] if local_logits.dim() == 2 else -1
         dev = local_logits.device
@@ -646,7 +647,8 @@ class DpSamplingComm(_C.Comm):
         call is then capturable in a CUDA graph as it is, with the parameter
         tensors read at replay). Invalid scalars raise ValueError naming
         them; an invalid entry of a parameter tensor is found on the device:
-        that call writes nothing and sample_stats() reports it."""
+        that call writes nothing and sample_stats() reports it. At most 8
+        ranks (tp_size <= 8, as for argmax and topk): more raise RuntimeError."""
         temperature = _float_param("temperature", temperature, None)
         top_p = _float_param("top_p", top_p, 1.0)
         min_p = _float_param("min_p", min_p, 0.0)
