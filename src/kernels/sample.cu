@@ -397,6 +397,12 @@ struct Race {
     bound();
   }
 
+  /* The margin of a bound at score s: the fp32 score l * (1/T), ex2.approx
+   * and the rounding of the key, over the scores that can reach s. */
+  __device__ __forceinline__ static float margin(float s) {
+    return 2e-3f + 2e-5f * (fabsf(s) + 24.f);
+  }
+
   __device__ __forceinline__ void bound() {
     float wb = best.i == NO_INDEX ? -INFINITY : best.k;
     wb = fmaxf(wb, keyValue(*(volatile uint32_t*)raceBlockBest()));
@@ -416,8 +422,7 @@ struct Race {
       B = INFINITY;
       return;
     }
-    const float delta = 2e-3f + 2e-5f * (fabsf(wb) + 24.f);
-    B = fmaf(-(wb - delta), LOG2E, 16.f);
+    B = fmaf(-(wb - margin(wb)), LOG2E, 16.f);
   }
 
   __device__ __forceinline__ void highWords(uint32_t gi, uint32_t out[4]) const {
@@ -498,7 +503,7 @@ struct Race {
         if (x > -INFINITY && x < INFINITY && h > 0u) {
           const float sc = x * invT;
           const float g = __logf((float)h) - __logf((float)(65536u - h));
-          l = fmaxf(l, sc + g - (2e-3f + 2e-5f * (fabsf(sc) + 24.f)));
+          l = fmaxf(l, sc + g - margin(sc));
         }
       }
     }

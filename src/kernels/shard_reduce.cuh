@@ -64,6 +64,30 @@ __device__ __forceinline__ void storeValue(void* out, long long i, float v, int 
 }
 
 /* ---- the row visitor ------------------------------------------------------------ */
+/* Scalar columns of [from, to) before the first 16-byte aligned one. */
+template <int DT>
+__device__ __forceinline__ long long alignHead(const char* rowp, long long from, long long to) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
+  const long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
+  return head < to - from ? head : to - from;
+}
+
+/* The 16 / esize values of one 16-byte vector of dtype DT. */
+template <int DT, int PER>
+__device__ __forceinline__ void decodeVec(const uint4& q, float (&v)[PER]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {
+    if (DT == 0) {
+      v[t] = __uint_as_float(w[t]);
+    } else {
+      const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
+      v[t] = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+    }
+  }
+}
+
 /* Calls f.run<C>(j0, v) for every column of [from, to) of the row, each
  * column in exactly one call of one thread, v[t] the value of column j0 + t:
  * a scalar head up to 16-byte alignment (C = 1), 16-byte vectors (C = 4 for
@@ -73,9 +97,7 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
                                              F& f) {
   constexpr int esize = DT == 0 ? 4 : 2;
   constexpr int per = 16 / esize;
-  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
-  long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
-  if (head > to - from) head = to - from;
+  const long long head = alignHead<DT>(rowp, from, to);
   for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x) {
     const float v[1] = {loadValue(rowp, j, DT)};
     f.template run<1>(j, v);
@@ -94,18 +116,8 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
     for (int u = 0; u < U; ++u) {
       const long long i = i0 + (long long)u * blockDim.x;
       if (i >= nvec) break;
-      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
       float v[per];
-#pragma unroll
-      for (int t = 0; t < per; ++t) {
-        if (DT == 0) {
-          v[t] = __uint_as_float(w[t]);
-        } else {
-          const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
-          v[t] = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h))
-                         : __half2float(__ushort_as_half(h));
-        }
-      }
+      decodeVec<DT>(q[u], v);
       f.template run<per>(vfrom + i * per, v);
     }
   }
@@ -134,9 +146,7 @@ __device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long fro
   constexpr int esize = DT == 0 ? 4 : 2;
   constexpr int per = 16 / esize;
   const int lane = threadIdx.x & 31;
-  const uintptr_t a0 = (uintptr_t)(rowp + from * esize);
-  long long head = (long long)(((16u - (unsigned)(a0 & 15u)) & 15u) / (unsigned)esize);
-  if (head > to - from) head = to - from;
+  const long long head = alignHead<DT>(rowp, from, to);
   const long long vfrom = from + head;
   const long long nvec = (to - vfrom) / per;
   const long long tail = vfrom + nvec * per;
@@ -158,19 +168,11 @@ __device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long fro
     for (int u = 0; u < U; ++u) {
       if (w0 + (long long)u * blockDim.x >= nvec) break; /* warp-uniform */
       const long long i = w0 + lane + (long long)u * blockDim.x;
-      const bool ok = i < nvec;
-      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
       float v[per];
+      decodeVec<DT>(q[u], v);
+      if (i >= nvec) {
 #pragma unroll
-      for (int t = 0; t < per; ++t) {
-        float x;
-        if (DT == 0) {
-          x = __uint_as_float(w[t]);
-        } else {
-          const unsigned short h = (unsigned short)(w[t >> 1] >> (16 * (t & 1)));
-          x = DT == 1 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
-        }
-        v[t] = ok ? x : -INFINITY;
+        for (int t = 0; t < per; ++t) v[t] = -INFINITY;
       }
       f.template run<per>(vfrom + i * per, v);
     }
