@@ -1,4 +1,4 @@
-/* The planning of dpsArgmax / dpsTopK's local pass (backends/select_plan.c)
+/* The planning of dpsArgmax / dpsTopK's local pass (core/select_plan.c)
  * on a fixed wave table, no GPU: the shard's columns and vocab limit, how
  * many blocks a row is split over (the most within one wave, about one block
  * per SM for argmax, chunks of at least 16K columns for top-k, none without
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/select_plan.h"
+#include "core/select_plan.h"
 
 /* One H200 as dpsSelectWaves measured it (rows per wave for 1..8 blocks per row). */
 static dpsSelWaves h200(void) {
