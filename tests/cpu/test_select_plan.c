@@ -39,7 +39,7 @@ static void expect(const char* what, const dpsSelWaves* w, int k, int64_t rows, 
                                             : limit - (int64_t)rank * cols;
   int ok = a.chunks == want_chunks && a.rows == rows && a.cols == cols &&
            a.col0 == (long long)rank * cols && a.nvalid == nvalid_want &&
-           a.k == (k > 0 ? k : 1) && a.sink == DPS_SEL_SINK_FINAL && a.pdl == 1;
+           a.k == (k > 0 ? k : 1) && a.sink.kind == DPS_REC_NONE && a.pdl == 1;
   if (want_early >= 0) ok = ok && a.early_release == want_early;
   if (!ok) {
     fprintf(stderr,
