@@ -1,6 +1,8 @@
 /* The nccl backend: swap = grouped ncclSend/ncclRecv (the self chunk never
  * goes through NCCL) + one permute kernel; verify outputs = pack + exactly one
- * all-gather + unpack; logprobs = one all-gather straight into the output.
+ * all-gather + unpack; logprobs = one all-gather straight into the output;
+ * a records step (argmax, top-k, sample) = the op's local pass into a plain
+ * buffer + one all-gather + the op's merge.
  * Every buffer is allocated at init/prepare for max_pad_bs; the operations
  * only enqueue work on the caller's stream (graph capturable). */
 #include <inttypes.h>
@@ -12,8 +14,6 @@
 #include "provider.h"
 #include "registry.h"
 #include "kernels/nccl_kernels.h"
-#include "kernels/sample_kernels.h"
-#include "select_plan.h"
 
 typedef struct {
   int32_t* pack_send;  /* [max_reqs*(2N+1)]     */
@@ -21,13 +21,11 @@ typedef struct {
   void* staging;       /* [tp][max_reqs*N][V/tp] of dtype: all-to-all receive */
   size_t staging_bytes;
   size_t swap_out_bytes;
-  /* argmax / top-k: candidates [cap_rows][words] and their all-gather
-   * [tp][cap_rows][words], words = max(argmax, top-k of max_topk) */
-  uint32_t* sel_send;
-  uint32_t* sel_recv;
-  int64_t sel_rows;
-  int sms;
-  dpsSelWaves sel_waves; /* argmax / top-k row split */
+  /* records steps: this rank's records [rec_rows][rec_words] and their
+   * all-gather [tp][rec_rows][rec_words] (rec_words: comm->rec_words) */
+  uint32_t* rec_send;
+  uint32_t* rec_recv;
+  int64_t rec_rows;
 } dpsNcclState;
 
 static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
@@ -50,14 +48,14 @@ static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const
 static void nbDestroy(dpsComm_t comm) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
   dpsFreeVerifyOutputs(comm);
-  dpsFreeSampleScratch(comm);
+  dpsFreeShardState(comm);
   nbFree(comm, &comm->swap_out);
   if (st != NULL) {
     nbFree(comm, (void**)&st->pack_send);
     nbFree(comm, (void**)&st->pack_recv);
     nbFree(comm, &st->staging);
-    nbFree(comm, (void**)&st->sel_send);
-    nbFree(comm, (void**)&st->sel_recv);
+    nbFree(comm, (void**)&st->rec_send);
+    nbFree(comm, (void**)&st->rec_recv);
     free(st);
   }
   comm->backend_state = NULL;
@@ -81,27 +79,20 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   comm->backend_state = st;
 
   if ((r = dpsAllocVerifyOutputs(comm)) != dpsSuccess ||
-      (r = dpsAllocSampleScratch(comm)) != dpsSuccess ||
+      (r = dpsAllocShardState(comm)) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
       (r = nbAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
     nbDestroy(comm);
     return r;
   }
-  /* argmax / top-k */
-  size_t b_sel_send = 0, b_sel_recv = 0;
-  /* the buffers also carry the records steps (nbRecords) */
-  const int topk_words = dpsSelWords(comm->config.max_topk);
-  int words = topk_words > DPS_ARGMAX_WORDS ? topk_words : DPS_ARGMAX_WORDS;
-  if (words < DPS_REC_MAX_WORDS) words = DPS_REC_MAX_WORDS;
-  st->sel_rows = (int64_t)(max_bs * n);
-  DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, 1, "selection candidates", &b_sel_send));
-  DPS_CHECK(bytesOf(max_bs * n, (uint64_t)words, 4, (uint64_t)tp, "selection gather buffer",
-                    &b_sel_recv));
-  DPS_CUDA_CHECK(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  dpsSelPlanInit(&st->sel_waves);
-  if ((r = nbAlloc(comm, (void**)&st->sel_send, b_sel_send, "selection candidates")) !=
-          dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->sel_recv, b_sel_recv, "selection gather buffer")) !=
+  /* records steps (nbRecords) */
+  size_t b_rec_send = 0, b_rec_recv = 0;
+  const uint64_t words = (uint64_t)comm->rec_words;
+  st->rec_rows = (int64_t)(max_bs * n);
+  DPS_CHECK(bytesOf(max_bs * n, words, 4, 1, "records buffer", &b_rec_send));
+  DPS_CHECK(bytesOf(max_bs * n, words, 4, (uint64_t)tp, "records gather buffer", &b_rec_recv));
+  if ((r = nbAlloc(comm, (void**)&st->rec_send, b_rec_send, "records buffer")) != dpsSuccess ||
+      (r = nbAlloc(comm, (void**)&st->rec_recv, b_rec_recv, "records gather buffer")) !=
           dpsSuccess) {
     nbDestroy(comm);
     return r;
@@ -112,43 +103,23 @@ static dpsResult_t nbInit(dpsComm_t comm) {
 static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv, size_t bytes,
                                     cudaStream_t stream);
 
-/* argmax / top-k: the local pass (the outputs directly at tp == 1), else
- * candidates + one all-gather + the merge. */
-static dpsResult_t nbSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream) {
-  dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  const int tp = comm->config.tp_size;
-  const int64_t cols = comm->config.vocab_size / tp;
-  dpsSelLocalArgs a;
-  dpsSelPlanLocal(call, comm->config.rank, cols, st->sms, &st->sel_waves, 0, &a);
-  if (tp == 1) return dpsSelLaunchLocal(&a, call->k, stream);
-  a.sink = DPS_SEL_SINK_PLAIN;
-  a.cand = st->sel_send;
-  DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
-  const size_t bytes = (size_t)call->rows * (size_t)dpsSelWords(call->k) * sizeof(uint32_t);
-  DPS_CHECK(nbAllGatherBytes(comm, st->sel_send, st->sel_recv, bytes, stream));
-  dpsSelMergeArgs m;
-  dpsSelPlanMerge(call, tp, 0, &m);
-  m.gathered = st->sel_recv;
-  return dpsSelLaunchMerge(&m, call->k, stream);
-}
-
-/* A records step: the local pass into the candidates buffer, one
- * all-gather, the merge. */
+/* A records step: the op's local pass into the records buffer, one
+ * all-gather, the op's merge. */
 static dpsResult_t nbRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
-  if (op->rows > st->sel_rows || op->words > DPS_REC_MAX_WORDS)
+  if (op->rows > st->rec_rows || op->words > comm->rec_words)
     return dpsSetError(dpsInternalError, "%s: %" PRId64 " rows x %d words exceed the buffers",
                        op->name, op->rows, op->words);
   dpsRecSink sink;
   memset(&sink, 0, sizeof sink);
   sink.kind = DPS_REC_PLAIN;
-  sink.plain = st->sel_send;
+  sink.plain = st->rec_send;
   DPS_CHECK(op->local(op, &sink, stream));
   const size_t bytes = (size_t)op->rows * (size_t)op->words * sizeof(uint32_t);
-  DPS_CHECK(nbAllGatherBytes(comm, st->sel_send, st->sel_recv, bytes, stream));
+  DPS_CHECK(nbAllGatherBytes(comm, st->rec_send, st->rec_recv, bytes, stream));
   dpsRecSource src;
   memset(&src, 0, sizeof src);
-  src.gathered = st->sel_recv;
+  src.gathered = st->rec_recv;
   return op->merge(op, &src, stream);
 }
 
@@ -263,8 +234,7 @@ static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
 static dpsResult_t nbPreload(void) {
   cudaError_t e = dpsPreloadSwapPermute();
   if (e == cudaSuccess) e = dpsPreloadVerifyPack();
-  if (e == cudaSuccess) e = dpsPreloadSelectKernels();
-  if (e == cudaSuccess) e = dpsPreloadSampleKernels();
+  if (e == cudaSuccess) e = dpsPreloadShardKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -285,6 +255,5 @@ const dpsBackendOps dpsNcclBackendOps = {
     .destroy = nbDestroy,
     .preload = nbPreload,
     .close = NULL, /* nothing collective beyond the NCCL communicator (the core's) */
-    .select = nbSelect,
     .records = nbRecords,
 };

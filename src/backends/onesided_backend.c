@@ -41,8 +41,6 @@
 #include "registry.h"
 #include "kernels/onesided_kernels.h"
 #include "onesided_plan.h"
-#include "select_plan.h"
-#include "kernels/sample_kernels.h"
 
 #define OS_DEFAULT_LL_BYTES (256u * 1024u)
 #define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
@@ -70,7 +68,6 @@ typedef struct {
 
   void* outputs; /* the close exchange's words */
   dpsOsOutputs out; /* inside `outputs` */
-  dpsSelWaves sel_waves; /* argmax / top-k row split (select_plan.h) */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -81,9 +78,7 @@ static const char* opName(int op) {
     case DPS_OS_OP_SWAP: return "swap_batch_vocab";
     case DPS_OS_OP_GATHER_OUTPUTS: return "gather_verify_outputs";
     case DPS_OS_OP_GATHER_LOGPROBS: return "gather_verify_logprobs";
-    case DPS_OS_OP_ARGMAX: return "argmax";
-    case DPS_OS_OP_TOPK: return "topk";
-    case DPS_OS_OP_RECORDS: return "sample";
+    case DPS_OS_OP_RECORDS: return "shard reduction (argmax, topk or sample)";
     default: return "operation";
   }
 }
@@ -203,12 +198,14 @@ static void osDestroy(dpsComm_t comm) {
   comm->prov->sym_free(comm, &st->a);
   dpsDeviceFree(comm, &st->outputs);
   dpsFreeVerifyOutputs(comm);
-  dpsFreeSampleScratch(comm);
+  dpsFreeShardState(comm);
   dpsDeviceFree(comm, (void**)&st->dstate);
   if (st->herr) (void)cudaFreeHost((void*)st->herr);
   free(st);
   comm->backend_state = NULL;
   comm->swap_out = NULL;
+  comm->local_pdl = 0;
+  comm->local_max_blocks = 0;
 }
 
 static uint64_t envLLBytes(void) {
@@ -344,7 +341,7 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   L->ll_bytes = st->ll_bytes;
   L->gproto = st->gproto;
   L->gthreads = st->gthreads;
-  L->max_topk = cfg->max_topk;
+  L->rec_words = comm->rec_words;
   /* error word: device copy + mapped pinned host copy */
   DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
                            "the onesided device state"));
@@ -357,9 +354,8 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   /* verify outputs (plain device memory) and window A */
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsAllocVerifyOutputs(comm));
-  DPS_CHECK(dpsAllocSampleScratch(comm));
+  DPS_CHECK(dpsAllocShardState(comm));
   DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
-  dpsSelPlanInit(&st->sel_waves);
   st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
   st->off_fail = L->off_fail;
   return comm->prov->sym_alloc(comm, &st->a, L->bytes_a, "flag/staging");
@@ -441,6 +437,10 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   DPS_CHECK(dpsAgreeStatus(comm, comm->prov->sym_register(comm, &st->a, "flag/staging"),
                            "onesided window registration"));
   st->common = buildCommon(comm, st);
+  /* a shard reduction's local pass at tp == 1 (the core's, no records step)
+   * launches as this backend's kernels do */
+  comm->local_pdl = st->pdl;
+  comm->local_max_blocks = st->maxb;
 
   dpsLog(DPS_LOG_INFO,
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
@@ -546,31 +546,13 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
   return launchGather(st, &a, grid, stream);
 }
 
-/* argmax / top-k: at tp == 1 the local pass writes the outputs; else it
- * stores every row's candidates as LL lines into every rank's staging and
- * the merge kernel polls for them (timeout as the gathers). */
-static dpsResult_t osSelect(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream) {
-  OsState* st = (OsState*)comm->backend_state;
-  dpsSelLocalArgs a;
-  dpsSelMergeArgs m;
-  dpsOsPlanSelect(&st->lay, &st->common, &st->va, call, st->maxb, &st->sel_waves, st->pdl, &a,
-                  &m);
-  DPS_CHECK(dpsSelLaunchLocal(&a, call->k, stream));
-  if (st->tp == 1) return dpsSuccess;
-  dpsResult_t r = dpsSelLaunchMerge(&m, call->k, stream);
-  /* without its merge this call's candidates stay unread while the next
-   * call overwrites the other parity: the ranks would no longer pair calls */
-  if (r != dpsSuccess) (void)dpsCommMarkFailed(comm, r);
-  return r;
-}
-
-/* A records step: the local pass stores every row's record as LL lines
- * into every rank's records staging, the merge polls its own (timeout as
- * the gathers). */
+/* A records step (argmax, top-k, a step of sample): the op's local pass
+ * stores every row's record as LL lines into every rank's records staging,
+ * the op's merge polls its own (timeout as the gathers). */
 static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   const dpsOsLayout* L = &st->lay;
-  if (op->rows * (op->words / 2) > L->cap_rec || op->words > DPS_REC_MAX_WORDS)
+  if (op->rows * (op->words / 2) > L->cap_rec || op->words > L->rec_words)
     return dpsSetError(dpsInternalError, "%s: %lld rows x %d words exceed the staging", op->name,
                        (long long)op->rows, op->words);
   dpsRecSink sink;
@@ -600,8 +582,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
 static dpsResult_t osPreload(void) {
   cudaError_t e = dpsOsPreloadSwapKernels();
   if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
-  if (e == cudaSuccess) e = dpsPreloadSelectKernels();
-  if (e == cudaSuccess) e = dpsPreloadSampleKernels();
+  if (e == cudaSuccess) e = dpsPreloadShardKernels();
   if (e != cudaSuccess) {
     char note[320];
     dpsDeviceCodeNote(note, sizeof note);
@@ -622,6 +603,5 @@ const dpsBackendOps dpsOnesidedBackendOps = {
     .destroy = osDestroy,
     .preload = osPreload,
     .close = osClose,
-    .select = osSelect,
     .records = osRecords,
 };

@@ -4,8 +4,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "kernels/select_kernels.h"
-#include "select_plan.h"
 
 
 static int clampGrid(uint64_t want, int cap) {
@@ -30,15 +28,11 @@ dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   L->off_gout = L->off_fail + dpsRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
   L->off_glp =
       L->off_gout + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
-  /* argmax / top-k candidates: LL lines of two words */
-  const int64_t selRows = (int64_t)L->max_pad_bs * L->n;
-  L->cap_am = selRows * (DPS_ARGMAX_WORDS / 2);
-  L->cap_tk = selRows * L->max_topk;
-  L->off_am =
+  /* records (argmax, top-k, sample): LL lines of two words */
+  const int64_t recRows = (int64_t)L->max_pad_bs * L->n;
+  L->cap_rec = recRows * (L->rec_words / 2);
+  L->off_rec =
       L->off_glp + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
-  L->off_tk = L->off_am + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_am * 16u, 256);
-  L->cap_rec = selRows * (DPS_REC_MAX_WORDS / 2);
-  L->off_rec = L->off_tk + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_tk * 16u, 256);
   L->bytes_a = L->off_rec + 2u * (size_t)L->tp * (size_t)L->cap_rec * 16u;
   return dpsSuccess;
 }
@@ -181,25 +175,4 @@ int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dps
   args->out[0] = args->out[1] = args->out[2] = out->close_out;
   args->count[0] = 1;
   return planGather(L, c, a, L->off_glp, L->cap_lp, args);
-}
-
-void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                     const dpsSelectCall* call, int sms, const dpsSelWaves* waves, int pdl,
-                     dpsSelLocalArgs* local, dpsSelMergeArgs* merge) {
-  const int64_t cols = L->vocab / L->tp;
-  dpsSelPlanLocal(call, L->rank, cols, sms, waves, pdl, local);
-  dpsSelPlanMerge(call, L->tp, pdl, merge);
-  if (L->tp == 1) return; /* the local pass writes the outputs */
-  const int topk = call->k > 0;
-  const size_t off = topk ? L->off_tk : L->off_am;
-  local->sink = DPS_SEL_SINK_LL;
-  local->c = *c;
-  local->op = topk ? DPS_OS_OP_TOPK : DPS_OS_OP_ARGMAX;
-  local->cap = topk ? L->cap_tk : L->cap_am;
-  for (int r = 0; r < L->tp; ++r) local->stage_peer.p[r] = a->peer[r] + off;
-  merge->ll = 1;
-  merge->c = *c;
-  merge->op = local->op;
-  merge->stage = a->base + off;
-  merge->cap = local->cap;
 }

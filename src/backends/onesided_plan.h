@@ -16,9 +16,8 @@
  *    [gout]   gather_verify_outputs staging  [2][tp][cap_out] lines
  *    [glp]    gather_verify_logprobs staging [2][tp][cap_lp]  lines
  *             (lines of the gather protocol: LL 16 B, LL128 128 B)
- *    [am]     argmax candidates [2][tp][cap_am] LL lines (2 per row)
- *    [tk]     top-k candidates  [2][tp][cap_tk] LL lines (max_topk per row)
- *    [rec]    records steps     [2][tp][cap_rec] LL lines (DPS_REC_MAX_WORDS / 2 per row)
+ *    [rec]    records steps     [2][tp][cap_rec] LL lines (rec_words / 2 per row):
+ *             argmax, top-k and dpsSample's steps (core/internal.h dpsRecOp)
  *  window B (prepare, once the dtype is fixed), symmetric:
  *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
  *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
@@ -35,7 +34,6 @@
 #include "dpsampling.h"
 #include "kernels/onesided_kernels.h"
 #include "layout.h" /* dpsShape */
-#include "kernels/select_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,14 +53,12 @@ typedef struct {
   uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
   int gproto;        /* agreed gather protocol, DPS_OS_PROTO_* */
   int gthreads;      /* gather block size */
-  int max_topk;      /* top-k capacity (config) */
+  int rec_words;     /* record capacity, words per row (comm->rec_words) */
   /* derived by dpsOsLayoutInit */
   int max_reqs;                /* max_pad_bs / tp */
   size_t close_bytes;          /* the close exchange's words */
   int64_t cap_out, cap_lp;     /* gather staging lines per (parity, src) */
   size_t off_fail, off_gout, off_glp;
-  int64_t cap_am, cap_tk;      /* argmax / top-k staging lines per (parity, src) */
-  size_t off_am, off_tk;
   int64_t cap_rec;             /* records staging lines per (parity, src) */
   size_t off_rec;
   size_t bytes_a;              /* window A bytes before the allocation's rounding */
@@ -133,13 +129,6 @@ int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dp
  * point) of one word per rank, close_in -> close_out[src]. Returns its grid. */
 int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
                            const dpsOsOutputs* out, dpsOsGatherArgs* args);
-
-/* dpsArgmax / dpsTopK: the local pass and (tp > 1) the merge over window A's
- * candidate staging. sms: the agreed grid cap; waves: dpsSelPlanInit's. */
-struct dpsSelectCall;
-void dpsOsPlanSelect(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                     const struct dpsSelectCall* call, int sms, const dpsSelWaves* waves, int pdl,
-                     dpsSelLocalArgs* local, dpsSelMergeArgs* merge);
 
 #ifdef __cplusplus
 }

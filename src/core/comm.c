@@ -182,6 +182,7 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   comm->prov_ctx = provider_ctx;
   comm->dtype = dpsDtypeUnset;
   comm->config.cuda_device = device;
+  comm->rec_words = dpsRecCapacityWords(config->max_topk);
   (void)dpsReleasePending(NULL); /* creation is a safe point */
 
   /* Local checks record their failure in `local` instead of returning: the

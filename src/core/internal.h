@@ -11,6 +11,7 @@
 #include "dpsampling.h"
 #include "layout.h"
 #include "kernels/records.h"
+#include "kernels/select_kernels.h" /* dpsSelWaves */
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,17 +112,23 @@ typedef struct dpsSelectCall {
 
 /* One step of a shard reduction through the backend (kernels/records.h):
  * local(op, sink) writes `words` per row for `rows` rows, the backend moves
- * them, merge(op, src) reads every rank's. tp > 1 only. */
+ * them, merge(op, src) reads every rank's. tp > 1 only. Every shard
+ * reduction takes this path: dpsArgmax and dpsTopK (core/select.c, one step
+ * per call) and dpsSample (core/sample.c, one step per round). */
 typedef struct dpsRecOp {
   const char* name;
   int64_t rows;
-  int words; /* even, at most DPS_REC_MAX_WORDS */
+  int words; /* even, at most comm->rec_words */
   dpsResult_t (*local)(const struct dpsRecOp* op, const dpsRecSink* sink, cudaStream_t stream);
   dpsResult_t (*merge)(const struct dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream);
   void* ctx;
 } dpsRecOp;
-/* The record capacity the backends size their buffers for (per row). */
+/* The largest record of dpsSample's steps (words per row). */
 #define DPS_REC_MAX_WORDS 154
+/* The record capacity the backends size their buffers for (words per row):
+ * the largest record of any op, top-k's of max_topk included (core/select.c;
+ * comm->rec_words, fixed at creation). */
+int dpsRecCapacityWords(int max_topk);
 
 typedef struct dpsBackendOps {
   const char* name;
@@ -157,9 +164,9 @@ typedef struct dpsBackendOps {
    * takes alike (e.g. after exchanging health), 1 = failed: then nothing
    * collective that could wait for a dead peer is done. May be NULL. */
   int (*close)(dpsComm_t comm, int failed);
-  /* dpsArgmax / dpsTopK (core/select.c checked the call). May be NULL. */
-  dpsResult_t (*select)(dpsComm_t comm, const dpsSelectCall* call, cudaStream_t stream);
-  /* A records step (dpsRecOp) over the group; NULL: the backend has none. */
+  /* A records step (dpsRecOp) over the group, every shard reduction's
+   * exchange at tp > 1 (argmax, top-k, sample): rows x words within
+   * max_pad_bs*N x comm->rec_words. NULL: the backend has none. */
   dpsResult_t (*records)(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream);
 } dpsBackendOps;
 
@@ -209,10 +216,20 @@ struct dpsComm {
   int32_t* accept_index_out;    /* [max_pad_bs, N] */
   int32_t* accept_length_out;   /* [max_pad_bs]    */
   float* logprobs_out;          /* [max_pad_bs, N] */
-  /* dpsSample's scratch (core/sample.c): state, partial records, tickets,
-   * counters; the SM count for its row split. */
+  /* The shard reductions (dpsAllocShardState): dpsSample's scratch
+   * (core/sample.c: state, partial records, tickets, counters), the device's
+   * SM count and the argmax / top-k row-split table for the row splits. */
   void* sample_mem;
-  int sample_sms;
+  int sms;
+  dpsSelWaves sel_waves;
+  /* The record capacity (dpsRecCapacityWords(config.max_topk)), set before
+   * the backend's init, which sizes its records buffers by it. */
+  int rec_words;
+  /* How the core launches a shard reduction's local pass at tp == 1 (no
+   * backend op runs), as the backend's own kernels launch; set by the
+   * backend's init (0, 0: no PDL, no grid cap beyond the device's SMs). */
+  int local_pdl;
+  int local_max_blocks;
 
   /* Teardown (core/teardown.c). */
   cudaStream_t aux;       /* internal stream: allocations, frees, the close exchange */
@@ -271,18 +288,15 @@ dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits
                               dpsSelectCall* call);
 dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
                               int required);
-/* Argument checks shared by the shard reductions (core/select.c): the
- * logits of a call (fills call's logits, rows, dtype, vocab_limit), and an
- * output buffer (NULL allowed unless required; aligned to `align`). */
-dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
-                              int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
-                              dpsSelectCall* call);
-dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
-                              int required);
-/* dpsSample's scratch (core/sample.c), allocated by every backend's init
- * and freed by its destroy. */
-dpsResult_t dpsAllocSampleScratch(dpsComm_t comm);
-void dpsFreeSampleScratch(dpsComm_t comm);
+/* The shard reductions' state (core/sample.c): the SM count, the argmax /
+ * top-k row-split table (DPSAMPLING_SELECT_SPLIT) and dpsSample's scratch;
+ * made by every backend's init on the communicator's device and freed by
+ * its destroy. */
+dpsResult_t dpsAllocShardState(dpsComm_t comm);
+void dpsFreeShardState(dpsComm_t comm);
+/* Loads the shard reductions' kernels (argmax, top-k, sample): every
+ * backend's preload. */
+cudaError_t dpsPreloadShardKernels(void);
 void dpsFreeVerifyOutputs(dpsComm_t comm);
 /* Called by every operation after its backend call succeeded: records
  * work_done (uncaptured) or remembers the capture (captured). */

@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "kernels/sample_kernels.h"
 #include "provider.h"
+#include "select_plan.h" /* dpsSelPlanInit */
 
 /* ---- scratch ---------------------------------------------------------------------- */
 typedef struct {
@@ -42,16 +43,21 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
 
 _Static_assert(DPS_SHARD_MAX_RANKS == DPS_OS_MAX_RANKS, "the merges' per-rank arrays");
 
-dpsResult_t dpsAllocSampleScratch(dpsComm_t comm) {
+dpsResult_t dpsAllocShardState(dpsComm_t comm) {
   _Static_assert(DPS_SAMPLE_MAX_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
   _Static_assert(DPS_SAMPLE_PSEARCH_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
   if (comm->sample_mem != NULL) return dpsSuccess;
-  DPS_CUDA_CHECK(
-      cudaDeviceGetAttribute(&comm->sample_sms, cudaDevAttrMultiProcessorCount, comm->device));
+  DPS_CUDA_CHECK(cudaDeviceGetAttribute(&comm->sms, cudaDevAttrMultiProcessorCount, comm->device));
+  dpsSelPlanInit(&comm->sel_waves);
   return dpsDeviceAlloc(comm, &comm->sample_mem, scratchLayout(comm).bytes, "dpsSample's scratch");
 }
 
-void dpsFreeSampleScratch(dpsComm_t comm) { dpsDeviceFree(comm, &comm->sample_mem); }
+void dpsFreeShardState(dpsComm_t comm) { dpsDeviceFree(comm, &comm->sample_mem); }
+
+cudaError_t dpsPreloadShardKernels(void) {
+  const cudaError_t e = dpsPreloadSelectKernels();
+  return e == cudaSuccess ? dpsPreloadSampleKernels() : e;
+}
 
 /* ---- arguments --------------------------------------------------------------------- */
 static dpsResult_t checkScalars(const char* op, const dpsSampleParams_t* p) {
@@ -132,7 +138,7 @@ static dpsResult_t stepMerge(const dpsRecOp* op, const dpsRecSource* src, cudaSt
  * block at least 4096 columns, the partial records within the scratch. */
 static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
   const int64_t slots =
-      DPS_SAMPLE_FIRST_BLOCKS_PER_SM * (int64_t)(comm->sample_sms > 0 ? comm->sample_sms : 1);
+      DPS_SAMPLE_FIRST_BLOCKS_PER_SM * (int64_t)(comm->sms > 0 ? comm->sms : 1);
   for (int c = DPS_SAMPLE_MAX_CHUNKS; c > 1; --c)
     if (rows * c <= slots && rows * c <= DPS_SAMPLE_MAX_PARTIALS && nvalid / c >= 4096) return c;
   return 1;

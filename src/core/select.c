@@ -1,9 +1,18 @@
-/* dpsArgmax and dpsTopK: the argument checks shared by every backend, then
- * dispatch to comm->ops->select (backends/select_plan.c plans the kernels). */
+/* dpsArgmax and dpsTopK: the argument checks shared by the shard reductions,
+ * then the steps: at tp == 1 the local pass writes the outputs; else one
+ * records step through the backend (dpsRecOp: the local pass's records, the
+ * backend's exchange, the merge). core/select_plan.c plans the kernels. */
 #include <inttypes.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "internal.h"
+#include "select_plan.h"
+
+int dpsRecCapacityWords(int max_topk) {
+  const int topk = dpsSelWords(max_topk);
+  return topk > DPS_REC_MAX_WORDS ? topk : DPS_REC_MAX_WORDS;
+}
 
 /* Checks shared by the shard reductions (argmax, top-k, sample); fills
  * `call` (not k). */
@@ -54,16 +63,66 @@ dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, s
   return dpsSuccess;
 }
 
+/* PDL as the backend's own kernels launch: its LL common arguments say;
+ * plain records (nccl): none. */
+static int sinkPdl(const dpsRecSink* sink) { return sink->kind == DPS_REC_LL ? sink->c.pdl : 0; }
+
+static dpsResult_t selLocal(const dpsRecOp* op, const dpsRecSink* sink, cudaStream_t stream) {
+  const dpsSelStep* s = (const dpsSelStep*)op->ctx;
+  dpsSelLocalArgs a;
+  dpsSelPlanStep(s, sink, sinkPdl(sink), &a);
+  return dpsSelLaunchLocal(&a, s->call.k, stream);
+}
+
+static dpsResult_t selMerge(const dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream) {
+  const dpsSelStep* s = (const dpsSelStep*)op->ctx;
+  dpsSelMergeArgs m;
+  dpsSelPlanStepMerge(s, src, src->ll ? src->c.pdl : 0, &m);
+  return dpsSelLaunchMerge(&m, s->call.k, stream);
+}
+
+static dpsResult_t runSteps(dpsComm_t comm, const char* name, const dpsSelStep* s,
+                            cudaStream_t stream) {
+  if (s->tp == 1) { /* no exchange: the local pass writes the outputs */
+    dpsRecSink sink;
+    memset(&sink, 0, sizeof sink);
+    sink.kind = DPS_REC_NONE;
+    sink.max_blocks = comm->local_max_blocks;
+    dpsSelLocalArgs a;
+    dpsSelPlanStep(s, &sink, comm->local_pdl, &a);
+    return dpsSelLaunchLocal(&a, s->call.k, stream);
+  }
+  if (comm->ops->records == NULL)
+    return dpsSetError(dpsUnavailable, "%s: the %s backend cannot exchange records", name,
+                       comm->ops->name);
+  dpsRecOp op;
+  memset(&op, 0, sizeof op);
+  op.name = name;
+  op.rows = s->call.rows;
+  op.words = dpsSelWords(s->call.k);
+  op.local = selLocal;
+  op.merge = selMerge;
+  op.ctx = (void*)s;
+  return comm->ops->records(comm, &op, stream);
+}
+
 static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall* call,
                              cudaStream_t stream) {
   DPS_CHECK(dpsCheckOpen(comm, op));
-  if (comm->ops->select == NULL)
-    return dpsSetError(dpsUnavailable, "%s: the %s backend has no selection", op,
-                       comm->ops->name);
   DPS_CHECK(dpsCommHealth(comm));
+  dpsSelStep s;
+  memset(&s, 0, sizeof s);
+  s.call = *call;
+  s.tp = comm->config.tp_size;
+  s.rank = comm->config.rank;
+  s.cols = comm->config.vocab_size / s.tp;
+  s.sms = comm->sms;
+  s.waves = &comm->sel_waves;
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r = comm->ops->select(comm, call, stream);
+  dpsResult_t r = runSteps(comm, op, &s, stream);
+  /* a step missing on one rank leaves the others' records unpaired */
+  if (r != dpsSuccess && s.tp > 1) (void)dpsCommMarkFailed(comm, r);
   dpsOpLeave(comm, &x, r);
   return r;
 }

@@ -36,10 +36,8 @@ enum {
   DPS_OS_OP_SWAP = 0,
   DPS_OS_OP_GATHER_OUTPUTS = 1,
   DPS_OS_OP_GATHER_LOGPROBS = 2,
-  DPS_OS_OP_ARGMAX = 3, /* kernels/select.cu */
-  DPS_OS_OP_TOPK = 4,
-  DPS_OS_OP_RECORDS = 5, /* records steps (records.h): dpsSample */
-  DPS_OS_NUM_OPS = 6
+  DPS_OS_OP_RECORDS = 3, /* records steps (records.h): argmax, top-k, sample */
+  DPS_OS_NUM_OPS = 4
 };
 
 /* What a timed-out kernel was waiting for. */

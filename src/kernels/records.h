@@ -6,7 +6,9 @@
  * records (nccl: one all-gather of a plain buffer; onesided: LL lines of two
  * words stored into every rank's staging), and a merge that reads every
  * rank's record of a row. The backend fills the sink and the source; the op
- * fills everything else. */
+ * fills everything else. The shard reductions that take this path: dpsArgmax
+ * and dpsTopK (kernels/select_kernels.h) and dpsSample's steps
+ * (kernels/sample_kernels.h). */
 #ifndef DPS_RECORDS_H_
 #define DPS_RECORDS_H_
 
@@ -19,6 +21,7 @@ extern "C" {
 #endif
 
 enum {
+  DPS_REC_NONE = 0,  /* no records: the local pass writes the op's outputs (tp == 1) */
   DPS_REC_PLAIN = 1, /* plain[row * words + w] (nccl: all-gathered; tp == 1: kept) */
   DPS_REC_LL = 2     /* LL lines into every rank's staging (onesided) */
 };
@@ -44,6 +47,17 @@ typedef struct {
 } dpsRecSource;
 
 #ifdef __cplusplus
+}
+#endif
+
+#if defined(__CUDACC__)
+/* The epoch of the records a merge reads: 1 for plain records; LL: the one
+ * the local kernel published before it on the stream, 0 when the
+ * communicator failed (the merge then writes nothing). */
+__device__ __forceinline__ unsigned long long dpsRecMergeEpoch(const dpsRecSource& s) {
+  if (!s.ll) return 1;
+  if (dpsos::ldVolatile(&s.c.state->err) != 0) return 0;
+  return dpsos::ldVolatile(&s.c.state->epoch[s.op]);
 }
 #endif
 

@@ -1112,12 +1112,6 @@ __device__ bool recFetch(const dpsRecSource& s, int tp, long long rows, long lon
   return !__syncthreads_or(bad);
 }
 
-__device__ __forceinline__ u64 mergeEpoch(const dpsRecSource& s) {
-  if (!s.ll) return 1;
-  if (ldVolatile(&s.c.state->err) != 0) return 0;
-  return ldVolatile(&s.c.state->epoch[s.op]);
-}
-
 __device__ __forceinline__ SState* stateOf(const dpsSampleArgs& a, long long row) {
   return reinterpret_cast<SState*>((char*)a.s.state + (size_t)row * DPS_SAMPLE_STATE_BYTES);
 }
@@ -1414,7 +1408,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
 
 __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
-  const u64 e = mergeEpoch(a.src);
+  const u64 e = dpsRecMergeEpoch(a.src);
   if (e == 0) return;
   const bool bad = callInvalid(a, blockIdx.x == 0 && a.step == DPS_SAMPLE_STEP_FIRST);
   FOR_ITEMS(row, a.rows) {

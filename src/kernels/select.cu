@@ -31,11 +31,12 @@
  * merged by placement: an entry's place is its place in its own list plus
  * the entries of every other list that beat it (binary search).
  *
- * Exchange: LL lines (two words, the flag in each 8-byte half) into every
- * rank's staging; the merge kernel polls them with the onesided timeout.
- * The local kernel's epoch comes from dpsOsDevState.epoch[op] (read after
- * the PDL wait, published by its last block); the merge kernel, which runs
- * after it on the stream, reads the published value. */
+ * Exchange: the backend's records step (kernels/records.h). Onesided: LL
+ * lines (two words, the flag in each 8-byte half) into every rank's staging;
+ * the merge kernel polls them with the onesided timeout. The local kernel's
+ * epoch comes from dpsOsDevState.epoch[sink.op] (read after the PDL wait,
+ * published by its last block); the merge kernel, which runs after it on the
+ * stream, reads the published value. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -185,17 +186,17 @@ __device__ __forceinline__ void blockArgReduce(ArgState& st) {
 
 /* ---- emitting a row's result ------------------------------------------------- */
 /* Writes words [0, nwords) of row `row`'s payload (LL: lines of two words). */
-__device__ __forceinline__ void emitWords(const dpsSelLocalArgs& a, long long row,
+__device__ __forceinline__ void emitWords(const dpsRecSink& k, long long row,
                                           const uint32_t* w, int nwords, uint32_t flag,
                                           int parity) {
-  if (a.sink == DPS_SEL_SINK_PLAIN) {
-    for (int i = 0; i < nwords; ++i) a.cand[row * nwords + i] = w[i];
+  if (k.kind == DPS_REC_PLAIN) {
+    for (int i = 0; i < nwords; ++i) k.plain[row * nwords + i] = w[i];
     return;
   }
   const int lines = nwords / 2;
   for (int l = 0; l < lines; ++l) {
-    const size_t off = DPS_OS_LL_OFFSET(parity, a.c.rank, row * lines + l, a.c.tp, a.cap);
-    for (int r = 0; r < a.c.tp; ++r) stLine(a.stage_peer.p[r] + off, w[2 * l], w[2 * l + 1], flag);
+    const size_t off = DPS_OS_LL_OFFSET(parity, k.c.rank, row * lines + l, k.c.tp, k.cap);
+    for (int r = 0; r < k.c.tp; ++r) stLine(k.stage_peer.p[r] + off, w[2 * l], w[2 * l + 1], flag);
   }
 }
 
@@ -223,12 +224,12 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
     argmaxLocalKernel(dpsSelLocalArgs a) {
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
-  const bool ll = a.sink == DPS_SEL_SINK_LL;
+  const bool ll = a.sink.kind == DPS_REC_LL;
   if (a.chunks > 1) clusterArriveStarted();
   dpsPdlWait();
   /* e == 0: the communicator failed earlier; a block of a cluster still
    * takes part in the cluster barriers */
-  const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
+  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
   if (e == 0 && a.chunks == 1) return;
   ArgVisit<LSE> vis;
   vis.col0 = (uint32_t)a.col0;
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
     clusterBarrier();
     if (e == 0) return;
     if (chunk != 0) {
-      if (ll) finishEpoch(a.c, a.op, e);
+      if (ll) finishEpoch(a.sink.c, a.sink.op, e);
       return;
     }
     if (threadIdx.x < 32) {
@@ -267,17 +268,17 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
     }
   }
   if (threadIdx.x == 0) {
-    if (a.sink == DPS_SEL_SINK_FINAL) {
+    if (a.sink.kind == DPS_REC_NONE) {
       a.out.index[row] = (int64_t)st.i;
       if (a.out.value) storeValue(a.out.value, row, st.v, a.dtype);
       if (a.out.lse) a.out.lse[row] = st.lse.value();
     } else {
       const uint32_t w[4] = {__float_as_uint(st.v), st.i, __float_as_uint(st.lse.m),
                              __float_as_uint(st.lse.s)};
-      emitWords(a, row, w, 4, llFlag(e), (int)(e & 1));
+      emitWords(a.sink, row, w, 4, llFlag(e), (int)(e & 1));
     }
   }
-  if (ll) finishEpoch(a.c, a.op, e);
+  if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
 
 /* ---- top-k local pass ------------------------------------------------------------ */
@@ -288,11 +289,11 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
   const int k = a.k;
-  const bool ll = a.sink == DPS_SEL_SINK_LL;
+  const bool ll = a.sink.kind == DPS_REC_LL;
   if (a.chunks > 1) clusterArriveStarted();
   dpsPdlWait();
   /* e == 0: failed earlier (a block of a cluster still takes part in its barriers) */
-  const u64 e = ll ? beginEpoch(a.c, a.op) : 1;
+  const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
   if (e == 0 && a.chunks == 1) return;
   const int esize = a.dtype == 0 ? 4 : 2;
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
     clusterBarrier();
     if (e == 0) return;
     if (chunk != 0) {
-      if (ll) finishEpoch(a.c, a.op, e);
+      if (ll) finishEpoch(a.sink.c, a.sink.op, e);
       return;
     }
     for (int i = threadIdx.x; i < a.chunks * k; i += blockDim.x) {
@@ -324,19 +325,20 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
     const u64 p = s_sel[j];
     const uint32_t idx = packedIdx(p);
     const float v = packedValue(p);
-    if (a.sink == DPS_SEL_SINK_FINAL) {
+    if (a.sink.kind == DPS_REC_NONE) {
       a.out.index[row * k + j] = (int64_t)idx;
       if (a.out.value) storeValue(a.out.value, row * k + j, v, a.dtype);
-    } else if (a.sink == DPS_SEL_SINK_PLAIN) {
-      a.cand[(row * k + j) * 2] = __float_as_uint(v);
-      a.cand[(row * k + j) * 2 + 1] = idx;
+    } else if (a.sink.kind == DPS_REC_PLAIN) {
+      a.sink.plain[(row * k + j) * 2] = __float_as_uint(v);
+      a.sink.plain[(row * k + j) * 2 + 1] = idx;
     } else {
-      const size_t off = DPS_OS_LL_OFFSET((int)(e & 1), a.c.rank, row * k + j, a.c.tp, a.cap);
+      const dpsRecSink& sk = a.sink;
+      const size_t off = DPS_OS_LL_OFFSET((int)(e & 1), sk.c.rank, row * k + j, sk.c.tp, sk.cap);
       const uint32_t flag = llFlag(e);
-      for (int r = 0; r < a.c.tp; ++r) stLine(a.stage_peer.p[r] + off, __float_as_uint(v), idx, flag);
+      for (int r = 0; r < sk.c.tp; ++r) stLine(sk.stage_peer.p[r] + off, __float_as_uint(v), idx, flag);
     }
   }
-  if (ll) finishEpoch(a.c, a.op, e);
+  if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
 
 /* ---- merge --------------------------------------------------------------------- */
@@ -345,17 +347,18 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
 __device__ __forceinline__ bool fetchPair(const dpsSelMergeArgs& a, int src, long long line,
                                           int words_per_row, uint32_t flag, int parity, u64 t0,
                                           uint32_t* w0, uint32_t* w1) {
-  if (!a.ll) {
-    const uint32_t* p = a.gathered + ((size_t)src * (size_t)a.rows * words_per_row) + line * 2;
+  const dpsRecSource& s = a.src;
+  if (!s.ll) {
+    const uint32_t* p = s.gathered + ((size_t)src * (size_t)a.rows * words_per_row) + line * 2;
     *w0 = p[0];
     *w1 = p[1];
     return true;
   }
-  const char* pl = a.stage + DPS_OS_LL_OFFSET(parity, src, line, a.c.tp, a.cap);
+  const char* pl = s.stage + DPS_OS_LL_OFFSET(parity, src, line, s.c.tp, s.cap);
   unsigned n = 0;
   uint4 v = ldLine(pl);
   while (v.y != flag || v.w != flag) {
-    if ((++n & 127u) == 0 && spinExpired(a.c, t0, a.op, src, DPS_OS_WAIT_DATA)) return false;
+    if ((++n & 127u) == 0 && spinExpired(s.c, t0, s.op, src, DPS_OS_WAIT_DATA)) return false;
     v = ldLine(pl);
   }
   *w0 = v.x;
@@ -363,17 +366,11 @@ __device__ __forceinline__ bool fetchPair(const dpsSelMergeArgs& a, int src, lon
   return true;
 }
 
-__device__ __forceinline__ u64 mergeEpoch(const dpsSelMergeArgs& a) {
-  if (!a.ll) return 1;
-  if (ldVolatile(&a.c.state->err) != 0) return 0;
-  return ldVolatile(&a.c.state->epoch[a.op]);
-}
-
 /* One thread per row. */
 __global__ void argmaxMergeKernel(dpsSelMergeArgs a) {
   dpsPdlWait();
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const u64 e = mergeEpoch(a);
+  const u64 e = dpsRecMergeEpoch(a.src);
   if (e == 0 || row >= a.rows) return;
   const uint32_t flag = llFlag(e);
   const int parity = (int)(e & 1);
@@ -401,7 +398,7 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) topkMergeKernel(dpsSelMergeA
   dpsPdlWait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * MERGE_WARPS + warp;
-  const u64 e = mergeEpoch(a);
+  const u64 e = dpsRecMergeEpoch(a.src);
   if (e == 0 || row >= a.rows) return;
   const int k = a.k, tp = a.tp;
   const uint32_t flag = llFlag(e);

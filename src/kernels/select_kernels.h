@@ -1,5 +1,5 @@
 /* Distributed argmax and top-k over vocab shards: the kernels' interface
- * (host: core/select.c and the backends; device: kernels/select.cu).
+ * (host: core/select.c, core/select_plan.c; device: kernels/select.cu).
  *
  * Every rank reduces its own [rows, V/tp] slice to a few candidates per row
  * (argmax: value, global index and the partial logsumexp (m, s); top-k: the
@@ -12,10 +12,12 @@
  *   argmax: {value f32 bits, global index, m f32 bits, s f32 bits}
  *   top-k:  k x {value f32 bits, global index}, best first; missing entries
  *           (fewer than k valid columns) are {-inf, 0xffffffff}.
- * The payload of (row, rank) goes either to a plain buffer
- * [rows][words] (the nccl backend all-gathers it) or, as LL lines of two
- * words, to every rank's staging [parity][src][row * lines + l]
- * (DPS_OS_LL_OFFSET, the onesided backend). */
+ * The payload of (row, rank) is a record of the backend's records step
+ * (kernels/records.h): the local pass writes it into the sink the backend
+ * gives (plain [rows][words], which the nccl backend all-gathers, or LL lines
+ * of two words into every rank's staging [parity][src][row * lines + l],
+ * DPS_OS_LL_OFFSET, onesided), the merge reads every rank's from the source.
+ * At tp == 1 the sink is DPS_REC_NONE: the local pass writes the outputs. */
 #ifndef DPS_SELECT_KERNELS_H_
 #define DPS_SELECT_KERNELS_H_
 
@@ -25,7 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "dpsampling.h" /* DPS_TOPK_MAX */
-#include "kernels/onesided_kernels.h"
+#include "kernels/records.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,13 +38,6 @@ extern "C" {
 /* Blocks that share one row: one thread-block cluster (portable size), the
  * partial results folded through distributed shared memory (sm_90+). */
 #define DPS_SEL_MAX_CHUNKS 8
-
-/* Where a local kernel's per-row result goes. */
-enum {
-  DPS_SEL_SINK_FINAL = 0, /* tp == 1: the outputs themselves */
-  DPS_SEL_SINK_PLAIN = 1, /* cand[row * words + w] */
-  DPS_SEL_SINK_LL = 2     /* LL lines into every rank's staging (onesided) */
-};
 
 /* The caller's outputs (every rank gets every row). */
 typedef struct {
@@ -63,13 +58,8 @@ typedef struct {
   int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 only
                        where dpsSelectWaves() found clusters of that size launchable */
   int early_release;      /* PDL: let the dependent launch once the reads are done (else at exit) */
-  int sink;
-  dpsSelOut out;          /* DPS_SEL_SINK_FINAL */
-  uint32_t* cand;         /* DPS_SEL_SINK_PLAIN */
-  dpsOsCommon c;          /* DPS_SEL_SINK_LL: epochs, error word, peers */
-  int op;                 /* DPS_SEL_SINK_LL: DPS_OS_OP_ARGMAX or DPS_OS_OP_TOPK */
-  dpsOsPeers stage_peer;  /* DPS_SEL_SINK_LL: every rank's staging of op */
-  long long cap;          /* DPS_SEL_SINK_LL: lines per (parity, src) */
+  dpsRecSink sink;        /* the records (DPS_REC_NONE: the outputs) */
+  dpsSelOut out;          /* DPS_REC_NONE */
   int pdl;
 } dpsSelLocalArgs;
 
@@ -78,13 +68,7 @@ typedef struct {
   int tp, k, dtype;
   int want_lse;
   dpsSelOut out;
-  /* candidates: plain [tp][rows][words] (nccl), or LL staging (onesided) */
-  const uint32_t* gathered;
-  int ll;
-  dpsOsCommon c;   /* ll: epochs, error word, peers, timeout */
-  int op;
-  const char* stage; /* ll: local staging of op */
-  long long cap;
+  dpsRecSource src; /* every rank's records */
   int pdl;
 } dpsSelMergeArgs;
 

@@ -15,12 +15,14 @@
 
 #include "fixtures.h"
 #include "internal.h"
+#include "select_plan.h"
 #include "testsupport.h"
 
 static struct {
   int init, prepare, swap, gather, logprobs, select, destroy;
   int last_pad_bs;
   dpsSelectCall last_select; /* what the last argmax / top-k handed the backend */
+  int select_words;          /* its records step's words per row */
   int records;             /* records steps of the calls so far */
   int64_t step_rows[32];
   int step_words[32];
@@ -65,14 +67,17 @@ static dpsResult_t fLogprobs(dpsComm_t c, const dpsShape* sh, const float* in, c
   (void)c, (void)in, (void)s;
   return opResult(&rec.logprobs, sh->pad_bs);
 }
-static dpsResult_t fSelect(dpsComm_t c, const dpsSelectCall* call, cudaStream_t s) {
-  (void)c, (void)s;
-  rec.last_select = *call;
-  return opResult(&rec.select, 0);
-}
-/* A records step: its shape is recorded, nothing is launched. */
+/* A records step: its shape is recorded, nothing is launched. Argmax and
+ * top-k (one step per call): the call the step was planned from. */
 static dpsResult_t fRecords(dpsComm_t c, const dpsRecOp* op, cudaStream_t s) {
   (void)c, (void)s;
+  if (strcmp(op->name, "argmax") == 0 || strcmp(op->name, "topk") == 0) {
+    const dpsSelStep* st = (const dpsSelStep*)op->ctx;
+    rec.last_select = st->call;
+    rec.select_words = op->words;
+    if (op->rows != st->call.rows) rec.select_words = -1;
+    return opResult(&rec.select, 0);
+  }
   if (rec.records < 32) {
     rec.step_rows[rec.records] = op->rows;
     rec.step_words[rec.records] = op->words;
@@ -92,7 +97,7 @@ static void fDestroy(dpsComm_t c) {
 }
 static const dpsBackendOps kFake = {.name = "fake", .init = fInit, .prepare = fPrepare,
                                     .swap = fSwap, .gather_outputs = fGather,
-                                    .gather_logprobs = fLogprobs, .select = fSelect,
+                                    .gather_logprobs = fLogprobs,
                                     .records = fRecords,
                                     .async_error = fAsync, .destroy = fDestroy};
 
@@ -411,6 +416,9 @@ static int testSelectOutputs(void) {
   FX_CHECK_OK(dpsArgmax(comm, in_buf, 8, 100, dpsBfloat16, 400, value, (int64_t*)index,
                         (float*)lse, NULL));
   FX_CHECK(rec.select == 1, "argmax reached the backend %d times", rec.select);
+  FX_CHECK(rec.select_words == 4, "argmax: a records step of %d words per row", rec.select_words);
+  FX_CHECK(comm->rec_words == 154 && comm->rec_words >= dpsSelWords(cfg.max_topk),
+           "record capacity %d words for max_topk %d", comm->rec_words, cfg.max_topk);
   const dpsSelectCall* a = &rec.last_select;
   FX_CHECK(a->k == 0 && a->rows == 8 && a->vocab_limit == 400 && a->logits == in_buf &&
                a->dtype == dpsBfloat16,
@@ -426,6 +434,8 @@ static int testSelectOutputs(void) {
            (void*)a->lse);
   FX_CHECK_OK(dpsTopK(comm, in_buf, 5, 100, dpsBfloat16, 7, 400, value, (int64_t*)index, NULL));
   FX_CHECK(rec.select == 3, "top-k reached the backend %d times", rec.select);
+  FX_CHECK(rec.select_words == 14, "top-k 7: a records step of %d words per row",
+           rec.select_words);
   FX_CHECK(a->k == 7 && a->rows == 5 && a->value == (void*)value && a->index == (int64_t*)index &&
                a->lse == NULL,
            "top-k outputs swapped: k=%d values=%p indices=%p, passed values=%p indices=%p", a->k,

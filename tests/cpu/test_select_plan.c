@@ -1,4 +1,4 @@
-/* The planning of dpsArgmax / dpsTopK's local pass (backends/select_plan.c)
+/* The planning of dpsArgmax / dpsTopK's local pass (core/select_plan.c)
  * on a fixed wave table, no GPU: the shard's columns and vocab limit, how
  * many blocks a row is split over (the most within one wave, about one block
  * per SM for argmax, chunks of at least 16K columns for top-k, none without
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/select_plan.h"
+#include "core/select_plan.h"
 
 /* One H200 as dpsSelectWaves measured it (rows per wave for 1..8 blocks per row). */
 static dpsSelWaves h200(void) {
@@ -39,7 +39,7 @@ static void expect(const char* what, const dpsSelWaves* w, int k, int64_t rows, 
                                             : limit - (int64_t)rank * cols;
   int ok = a.chunks == want_chunks && a.rows == rows && a.cols == cols &&
            a.col0 == (long long)rank * cols && a.nvalid == nvalid_want &&
-           a.k == (k > 0 ? k : 1) && a.sink == DPS_SEL_SINK_FINAL && a.pdl == 1;
+           a.k == (k > 0 ? k : 1) && a.sink.kind == DPS_REC_NONE && a.pdl == 1;
   if (want_early >= 0) ok = ok && a.early_release == want_early;
   if (!ok) {
     fprintf(stderr,

@@ -111,7 +111,7 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   a->chunks = topk ? selChunks(waves, 1, call->rows, a->nvalid, sms, 0, TOPK_MIN_CHUNK_COLS)
                    : selChunks(waves, 0, call->rows, a->nvalid, sms, sms, ARGMAX_MIN_CHUNK_COLS);
   a->early_release = topk || earlyRelease(waves, call->rows * a->chunks, sms);
-  a->sink = DPS_SEL_SINK_FINAL;
+  a->sink.kind = DPS_REC_NONE;
   a->out = selOut(call);
   a->pdl = pdl;
 }
@@ -125,6 +125,18 @@ void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs
   m->want_lse = selWantLse(call);
   m->out = selOut(call);
   m->pdl = pdl;
+}
+
+void dpsSelPlanStep(const dpsSelStep* s, const dpsRecSink* sink, int pdl, dpsSelLocalArgs* a) {
+  const int sms = sink->max_blocks > 0 ? sink->max_blocks : s->sms;
+  dpsSelPlanLocal(&s->call, s->rank, s->cols, sms, s->waves, pdl, a);
+  a->sink = *sink;
+}
+
+void dpsSelPlanStepMerge(const dpsSelStep* s, const dpsRecSource* src, int pdl,
+                         dpsSelMergeArgs* m) {
+  dpsSelPlanMerge(&s->call, s->tp, pdl, m);
+  m->src = *src;
 }
 
 /* A launch's status; the message names the operation and the kernel. */
