@@ -462,6 +462,42 @@ DPS_API dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, 
                               const dpsSampleParams_t* params, int64_t* tokens, float* logprobs,
                               struct CUstream_st* stream);
 
+/* ---- Speculative verify without moving the logits -------------------------
+ * dpsVerifyChain is the whole data-parallel chain verify (swap, verify,
+ * gather) as one call on the vocab shards; only dpsSample's records cross the
+ * ranks and every rank gets the full batch's outputs. rows == pad_bs*N (N:
+ * the config's num_tokens_per_req; 1 <= pad_bs <= max_pad_bs, any pad_bs):
+ * row b*N + j is request b's position j. Every row is drawn exactly as
+ * dpsSample draws it (greedy when T == 0), with request b's parameters, its
+ * position j drawing at offset offset[b] + j; then each request's chain is
+ * walked (docs/sampling.md, "Chain verify"), t[b, j] the token of row b*N + j:
+ *  - accept_index[b, 0] = b*N; for i = 1..N-1 while candidates[b, i] ==
+ *    t[b, i-1]: predict[b, i-1] = t[b, i-1], accept_index[b, i] = b*N + i;
+ *    acc = the last such i (0 if none);
+ *  - predict[b, acc] = t[b, acc]; accept_length[b] = acc + 1 (the bonus token
+ *    counted); every other entry is -1 (accept_index) or 0 (predict, logprobs).
+ * candidates: int32 [pad_bs, N] (4-byte aligned), the same on every rank;
+ *   column 0 (the last accepted token) is not read.
+ * params: as dpsSample's, with device arrays of pad_bs entries (one per
+ *   request); invalid array entries: as dpsSample (nothing written, counted).
+ * vocab_mask: NULL, or int32 [rows, ceil(V/32)] (4-byte aligned), the
+ *   full-vocabulary grammar mask on every rank: bit i % 32 of word i / 32 of
+ *   a row set = token i allowed; a disallowed token is a -inf logit.
+ * softcap: 0 (off), or c > 0 finite: every logit l becomes c * tanhf(l / c)
+ *   (in fp32) before the mask and everything else.
+ * Outputs (persistent, valid until the next dpsVerifyChain): predict,
+ *   accept_index int32 [pad_bs, N], accept_length int32 [pad_bs]; logprobs
+ *   (NULL: not wanted) fp32 [pad_bs, N], the raw log_softmax of the capped,
+ *   masked row at each predict entry (dpsSample's logprob).
+ * Same contract as dpsSample otherwise (tp_size <= 8, V <= 2^23, stream
+ * order, no allocation, capturable, dpsTimeout for a dead peer). */
+DPS_API dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                                   dpsDataType_t dtype, int64_t vocab_limit, int pad_bs,
+                                   const int32_t* candidates, const dpsSampleParams_t* params,
+                                   const int32_t* vocab_mask, float softcap, int32_t** predict,
+                                   int32_t** accept_index, int32_t** accept_length,
+                                   float** logprobs, struct CUstream_st* stream);
+
 /* Counters of the rows dpsSample drew on this communicator, by path. Reading
  * them waits for the sampling work already enqueued on any stream to finish
  * (a copy on the communicator's own stream): not for the hot path, and not
