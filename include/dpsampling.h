@@ -470,21 +470,28 @@ DPS_API dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, 
  * row b*N + j is request b's position j. Every row is drawn exactly as
  * dpsSample draws it (greedy when T == 0), with request b's parameters, its
  * position j drawing at offset offset[b] + j; then each request's chain is
- * walked (docs/sampling.md, "Chain verify"), t[b, j] the token of row b*N + j:
+ * walked (docs/sampling.md, "Speculative verify"), t[b, j] the token of row
+ * b*N + j:
  *  - accept_index[b, 0] = b*N; for i = 1..N-1 while candidates[b, i] ==
  *    t[b, i-1]: predict[b, i-1] = t[b, i-1], accept_index[b, i] = b*N + i;
  *    acc = the last such i (0 if none);
  *  - predict[b, acc] = t[b, acc]; accept_length[b] = acc + 1 (the bonus token
  *    counted); every other entry is -1 (accept_index) or 0 (predict, logprobs).
- * candidates: int32 [pad_bs, N] (4-byte aligned), the same on every rank;
- *   column 0 (the last accepted token) is not read.
+ * candidates: int32 [pad_bs, N] (4-byte aligned), the same on every rank,
+ *   every entry in [0, V) (column 0, the last accepted token, is checked but
+ *   not compared).
  * params: as dpsSample's, with device arrays of pad_bs entries (one per
- *   request); invalid array entries: as dpsSample (nothing written, counted).
+ *   request). An invalid array entry or a candidate outside [0, V) is found
+ *   on the device: that call writes nothing, is counted in
+ *   dpsSampleStats_t.invalid_calls, and dpsCommGetSampleStats names the first
+ *   one. The rows verify draws count in the path counters too.
  * vocab_mask: NULL, or int32 [rows, ceil(V/32)] (4-byte aligned), the
  *   full-vocabulary grammar mask on every rank: bit i % 32 of word i / 32 of
  *   a row set = token i allowed; a disallowed token is a -inf logit.
- * softcap: 0 (off), or c > 0 finite: every logit l becomes c * tanhf(l / c)
- *   (in fp32) before the mask and everything else.
+ * softcap: 0 (off), or c > 0 finite: every finite logit l becomes
+ *   c * tanh(l / c), rounded once to fp32 (computed the same way on host and
+ *   device: docs/sampling.md), before the mask and everything else; NaN and
+ *   +-inf logits stay as they are.
  * Outputs (persistent, valid until the next dpsVerifyChain): predict,
  *   accept_index int32 [pad_bs, N], accept_length int32 [pad_bs]; logprobs
  *   (NULL: not wanted) fp32 [pad_bs, N], the raw log_softmax of the capped,

@@ -1,6 +1,7 @@
-/* dpsSample and dpsCommGetSampleStats: the argument checks, the steps (at
- * tp == 1 one kernel; else records steps through the backend, see
- * kernels/sample_kernels.h) and the scratch they share. */
+/* dpsSample, dpsVerifyChain and dpsCommGetSampleStats: the argument checks,
+ * the steps (at tp == 1 one kernel; else records steps through the backend,
+ * see kernels/sample_kernels.h; verify adds the chain walk) and the scratch
+ * they share. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <string.h>
@@ -12,7 +13,9 @@
 
 /* ---- scratch ---------------------------------------------------------------------- */
 typedef struct {
-  size_t state, partial, tickets, counters, bytes;
+  size_t state, partial, tickets, counters;
+  size_t tokens, token_lps, predict, accept_index, accept_length, logprobs; /* verify */
+  size_t bytes;
 } ScratchLayout;
 
 static int64_t maxRows(dpsComm_t comm) {
@@ -26,7 +29,14 @@ static ScratchLayout scratchLayout(dpsComm_t comm) {
   L.partial = dpsRoundUp(rows * DPS_SAMPLE_STATE_BYTES, 256);
   L.tickets = L.partial + dpsRoundUp((size_t)DPS_SAMPLE_MAX_PARTIALS * DPS_SAMPLE_MAX_WORDS * 4, 256);
   L.counters = L.tickets + dpsRoundUp(rows * sizeof(unsigned int), 256);
-  L.bytes = L.counters + sizeof(dpsSampleCounters);
+  L.tokens = L.counters + dpsRoundUp(sizeof(dpsSampleCounters), 256);
+  L.token_lps = L.tokens + dpsRoundUp(rows * sizeof(int64_t), 256);
+  L.predict = L.token_lps + dpsRoundUp(rows * sizeof(float), 256);
+  L.accept_index = L.predict + dpsRoundUp(rows * sizeof(int32_t), 256);
+  L.accept_length = L.accept_index + dpsRoundUp(rows * sizeof(int32_t), 256);
+  L.logprobs = L.accept_length +
+               dpsRoundUp((size_t)comm->config.max_pad_bs * sizeof(int32_t), 256);
+  L.bytes = L.logprobs + rows * sizeof(float);
   return L;
 }
 
@@ -38,6 +48,12 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   s.partial = (uint32_t*)(b + L.partial);
   s.tickets = (unsigned int*)(b + L.tickets);
   s.counters = (dpsSampleCounters*)(b + L.counters);
+  s.tokens = (int64_t*)(b + L.tokens);
+  s.token_lps = (float*)(b + L.token_lps);
+  s.predict = (int32_t*)(b + L.predict);
+  s.accept_index = (int32_t*)(b + L.accept_index);
+  s.accept_length = (int32_t*)(b + L.accept_length);
+  s.logprobs = (float*)(b + L.logprobs);
   return s;
 }
 
@@ -112,6 +128,7 @@ static dpsSampleParamsDev devParams(const dpsSampleParams_t* p) {
   d.v = *p;
   d.any_array = p->temperatures || p->top_ks || p->top_ks_i64 || p->top_ps || p->min_ps ||
                 p->seeds || p->offsets;
+  d.per_entry = 1;
   return d;
 }
 
@@ -179,10 +196,16 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
   return dpsSuccess;
 }
 
-dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
-                      dpsDataType_t dtype, int64_t vocab_limit, const dpsSampleParams_t* params,
-                      int64_t* tokens, float* logprobs, cudaStream_t stream) {
-  static const char* op = "sample";
+/* The call as the kernels see it, and the steps its rows may need. */
+typedef struct {
+  dpsSampleArgs a;
+  int may_topk, may_topp, may_filter;
+} SampleCall;
+
+/* The checks every drawing call makes (the caller's own arguments first). */
+static dpsResult_t checkDrawCall(dpsComm_t comm, const char* op, const void* logits, int64_t rows,
+                                 int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
+                                 const dpsSampleParams_t* params) {
   dpsSelectCall call;
   memset(&call, 0, sizeof call);
   DPS_CHECK(dpsCheckShardCall(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
@@ -190,46 +213,124 @@ dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t 
     return dpsSetError(dpsInvalidArgument,
                        "%s: vocab_size=%" PRId64 " is above %lld (the fixed-point masses' range)",
                        op, comm->config.vocab_size, (long long)DPS_SAMPLE_VOCAB_MAX);
-  DPS_CHECK(checkParams(op, params));
-  DPS_CHECK(dpsCheckOutBuffer(op, "tokens", tokens, 8, 1));
-  DPS_CHECK(dpsCheckOutBuffer(op, "logprobs", logprobs, 4, 0));
+  return checkParams(op, params);
+}
+
+static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                       dpsDataType_t dtype, int64_t vocab_limit, const dpsSampleParams_t* params,
+                       SampleCall* c) {
+  memset(c, 0, sizeof *c);
+  dpsSampleArgs* a = &c->a;
+  a->logits = logits;
+  a->rows = rows;
+  a->cols = cols;
+  a->dtype = (int)dtype; /* 0 fp32, 1 bf16, 2 fp16 */
+  a->tp = comm->config.tp_size;
+  a->rank = comm->config.rank;
+  a->col0 = (long long)a->rank * cols;
+  const int64_t nv = vocab_limit - a->col0;
+  a->nvalid = nv < 0 ? 0 : nv > cols ? cols : nv;
+  a->p = devParams(params);
+  c->may_topk = params->top_ks || params->top_ks_i64 || params->top_k > 0;
+  c->may_topp = params->top_ps || params->top_p < 1.f;
+  const int may_minp = params->min_ps || params->min_p > 0.f;
+  c->may_filter = c->may_topk || c->may_topp || may_minp;
+  a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
+  a->s = scratchOf(comm);
+  a->chunks = firstChunks(comm, rows, a->nvalid);
+}
+
+/* Checks the communicator's state, then runs the call's steps and `after`
+ * (NULL: none) in one operation. */
+static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
+                           const dpsVerifyWalkArgs* after, cudaStream_t stream) {
   DPS_CHECK(dpsCheckOpen(comm, op));
   if (comm->sample_mem == NULL)
     return dpsSetError(dpsUnavailable, "%s: the %s backend has no sampling buffers", op,
                        comm->ops->name);
   DPS_CHECK(dpsCommHealth(comm));
-
-  const int tp = comm->config.tp_size;
-  dpsSampleArgs a;
-  memset(&a, 0, sizeof a);
-  a.logits = logits;
-  a.rows = rows;
-  a.cols = cols;
-  a.dtype = (int)dtype; /* 0 fp32, 1 bf16, 2 fp16 */
-  a.tp = tp;
-  a.rank = comm->config.rank;
-  a.col0 = (long long)a.rank * cols;
-  const int64_t nv = vocab_limit - a.col0;
-  a.nvalid = nv < 0 ? 0 : nv > cols ? cols : nv;
-  a.p = devParams(params);
-  const int may_topk = params->top_ks || params->top_ks_i64 || params->top_k > 0;
-  const int may_topp = params->top_ps || params->top_p < 1.f;
-  const int may_minp = params->min_ps || params->min_p > 0.f;
-  const int may_filter = may_topk || may_topp || may_minp;
-  a.cand = may_filter ? DPS_SAMPLE_CAND : 0;
-  a.want_logprob = logprobs != NULL;
-  a.tokens = tokens;
-  a.logprobs = logprobs;
-  a.s = scratchOf(comm);
-  a.chunks = firstChunks(comm, rows, a.nvalid);
-
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r = runSample(comm, &a, may_topk, may_topp, may_filter, stream);
+  dpsResult_t r = runSample(comm, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
+  if (r == dpsSuccess && after != NULL) {
+    const cudaError_t e = dpsLaunchVerifyWalk(&c->a, after, stream);
+    if (e != cudaSuccess)
+      r = dpsSetError(dpsCudaError, "%s: chain walk kernel launch (pad_bs=%d) failed: %s", op,
+                      after->pad_bs, cudaGetErrorString(e));
+  }
   /* a step missing on one rank leaves the others' records unpaired */
-  if (r != dpsSuccess && tp > 1) (void)dpsCommMarkFailed(comm, r);
+  if (r != dpsSuccess && comm->config.tp_size > 1) (void)dpsCommMarkFailed(comm, r);
   dpsOpLeave(comm, &x, r);
   return r;
+}
+
+dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                      dpsDataType_t dtype, int64_t vocab_limit, const dpsSampleParams_t* params,
+                      int64_t* tokens, float* logprobs, cudaStream_t stream) {
+  static const char* op = "sample";
+  DPS_CHECK(checkDrawCall(comm, op, logits, rows, cols, dtype, vocab_limit, params));
+  DPS_CHECK(dpsCheckOutBuffer(op, "tokens", tokens, 8, 1));
+  DPS_CHECK(dpsCheckOutBuffer(op, "logprobs", logprobs, 4, 0));
+  SampleCall c;
+  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, &c);
+  c.a.want_logprob = logprobs != NULL;
+  c.a.tokens = tokens;
+  c.a.logprobs = logprobs;
+  return runCall(comm, op, &c, NULL, stream);
+}
+
+/* ---- dpsVerifyChain ----------------------------------------------------------------- */
+dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
+                           dpsDataType_t dtype, int64_t vocab_limit, int pad_bs,
+                           const int32_t* candidates, const dpsSampleParams_t* params,
+                           const int32_t* vocab_mask, float softcap, int32_t** predict,
+                           int32_t** accept_index, int32_t** accept_length, float** logprobs,
+                           cudaStream_t stream) {
+  static const char* op = "verify_chain";
+  DPS_CHECK(checkDrawCall(comm, op, logits, rows, cols, dtype, vocab_limit, params));
+  const dpsConfig_t* cfg = &comm->config;
+  const int n = cfg->num_tokens_per_req;
+  if (pad_bs < 1 || pad_bs > cfg->max_pad_bs)
+    return dpsSetError(dpsInvalidArgument, "%s: pad_bs=%d must be in [1, max_pad_bs=%d]", op,
+                       pad_bs, cfg->max_pad_bs);
+  if (rows != (int64_t)pad_bs * n)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: rows=%" PRId64 " must be pad_bs*N = %d*%d = %" PRId64, op, rows,
+                       pad_bs, n, (int64_t)pad_bs * n);
+  DPS_CHECK(dpsCheckOutBuffer(op, "candidates", candidates, 4, 1));
+  DPS_CHECK(dpsCheckOutBuffer(op, "vocab_mask", vocab_mask, 4, 0));
+  if (!(softcap >= 0.f && softcap <= 3.40282347e38f))
+    return dpsSetError(dpsInvalidArgument, "%s: softcap=%g must be finite and >= 0 (0: off)", op,
+                       (double)softcap);
+  if (predict == NULL || accept_index == NULL || accept_length == NULL)
+    return dpsSetError(dpsInvalidArgument,
+                       "%s: predict=%p, accept_index=%p, accept_length=%p: none may be NULL", op,
+                       (void*)predict, (void*)accept_index, (void*)accept_length);
+  SampleCall c;
+  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, &c);
+  c.a.p.per_entry = n;
+  c.a.xf.mask = (const uint32_t*)vocab_mask;
+  c.a.xf.mask_words = (cfg->vocab_size + 31) / 32;
+  c.a.xf.cap = softcap;
+  c.a.want_logprob = logprobs != NULL;
+  c.a.tokens = c.a.s.tokens;
+  c.a.logprobs = logprobs != NULL ? c.a.s.token_lps : NULL;
+  dpsVerifyWalkArgs w;
+  memset(&w, 0, sizeof w);
+  w.candidates = candidates;
+  w.vocab = cfg->vocab_size;
+  w.pad_bs = pad_bs;
+  w.n = n;
+  w.predict = c.a.s.predict;
+  w.accept_index = c.a.s.accept_index;
+  w.accept_length = c.a.s.accept_length;
+  w.logprobs = logprobs != NULL ? c.a.s.logprobs : NULL;
+  DPS_CHECK(runCall(comm, op, &c, &w, stream));
+  *predict = w.predict;
+  *accept_index = w.accept_index;
+  *accept_length = w.accept_length;
+  if (logprobs != NULL) *logprobs = w.logprobs;
+  return dpsSuccess;
 }
 
 /* ---- counters ----------------------------------------------------------------------- */
@@ -269,11 +370,16 @@ dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
   stats->rows_fast = c.rows_fast;
   stats->rows_exact = c.rows_exact;
   stats->invalid_calls = c.invalid_calls;
-  if (c.bad_seen == 1ull) {
+  if (c.bad_seen == 1ull && c.bad_arg == DPS_SAMPLE_ARG_CANDIDATE) {
+    dpsSetError(dpsInvalidArgument,
+                "verify_chain: candidates[%lld]=%d (flat over [pad_bs, N]) is outside [0, "
+                "vocab_size=%" PRId64 "); that call wrote nothing",
+                c.bad_row, (int)(int32_t)c.bad_bits, comm->config.vocab_size);
+  } else if (c.bad_seen == 1ull) {
     float v;
     memcpy(&v, &c.bad_bits, sizeof v);
     dpsSetError(dpsInvalidArgument,
-                "sample: params->%s[%lld]=%g is invalid (temperature finite >= 0, top_p in (0, 1], "
+                "sample or verify_chain: params->%s[%lld]=%g is invalid (temperature finite >= 0, top_p in (0, 1], "
                 "min_p in [0, 1)); that call wrote nothing",
                 argName(c.bad_arg), c.bad_row, (double)v);
   } else {

@@ -48,8 +48,9 @@ struct RowP {
   u64 seed, offset;
 };
 
-__device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long r) {
+__device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long row) {
   const dpsSampleParams_t& p = d.v;
+  const long long r = row / d.per_entry; /* the entry of the row */
   RowP q;
   q.T = p.temperatures ? p.temperatures[r] : p.temperature;
   q.k = p.top_ks ? (long long)p.top_ks[r]
@@ -57,8 +58,16 @@ __device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long
   q.top_p = p.top_ps ? p.top_ps[r] : p.top_p;
   q.min_p = p.min_ps ? p.min_ps[r] : p.min_p;
   q.seed = p.seeds ? (u64)p.seeds[r] : (u64)p.seed;
-  q.offset = p.offsets ? (u64)p.offsets[r] : (u64)p.offset;
+  q.offset = (p.offsets ? (u64)p.offsets[r] : (u64)p.offset) + (u64)(row - r * d.per_entry);
   return q;
+}
+
+__device__ __forceinline__ LogitXform rowXform(const dpsSampleArgs& a, long long row) {
+  LogitXform x;
+  x.mask = a.xf.mask ? a.xf.mask + row * a.xf.mask_words : nullptr;
+  x.g0 = a.col0;
+  x.cap = a.xf.cap;
+  return x;
 }
 
 /* 0, or the invalid argument (1 temperature, 3 top_p, 4 min_p) and its bits. */
@@ -70,14 +79,15 @@ __device__ __forceinline__ int badArg(const RowP& q, uint32_t* bits) {
   return arg;
 }
 
-/* Whether some row of the call has an invalid array entry (block-uniform).
- * `report`: this block counts the call and records the first such row. */
+/* Whether the call has an invalid array entry (block-uniform). `report`:
+ * this block counts the call and records the first such entry. */
 __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
   if (!a.p.any_array) return false;
   __shared__ long long s_bad;
   if (threadIdx.x == 0) s_bad = LLONG_MAX;
   __syncthreads();
-  for (long long r = threadIdx.x; r < a.rows; r += blockDim.x) {
+  const long long entries = (a.rows + a.p.per_entry - 1) / a.p.per_entry;
+  for (long long r = threadIdx.x; r < entries; r += blockDim.x) {
     const dpsSampleParams_t& p = a.p.v; /* the checked arrays only */
     const float T = p.temperatures ? p.temperatures[r] : p.temperature;
     const float tp = p.top_ps ? p.top_ps[r] : p.top_p;
@@ -88,7 +98,7 @@ __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
   const long long bad = s_bad;
   if (bad != LLONG_MAX && report && threadIdx.x == 0) {
     uint32_t b = 0;
-    const int arg = badArg(rowParams(a.p, bad), &b);
+    const int arg = badArg(rowParams(a.p, bad * a.p.per_entry), &b);
     dpsSampleCounters* c = a.s.counters;
     atomicAdd(&c->invalid_calls, 1ull);
     if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
@@ -486,7 +496,7 @@ struct Race {
    * U >= h / 2^16; the block's best of them is shared (every thread of the
    * block calls). */
   __device__ __forceinline__ void seedBound(const char* rowp, int dtype, long long col0,
-                                            long long from, long long to) {
+                                            long long from, long long to, const LogitXform& xf) {
     float l = -INFINITY;
     if (prune && to > from) {
       long long j0 = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
@@ -498,7 +508,7 @@ struct Race {
       for (int t = 0; t < 8; ++t) {
         const long long j = j0 + t;
         if (j < from || j >= to) continue;
-        const float x = loadValue(rowp, j, dtype);
+        const float x = xf.one(j, loadValue(rowp, j, dtype));
         const uint32_t h = dpsSampleHalf(w, (int64_t)t);
         if (x > -INFINITY && x < INFINITY && h > 0u) {
           const float sc = x * invT;
@@ -570,7 +580,8 @@ struct FirstVisit {
 
 template <bool RACE, bool ZRAW, bool ZS>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
-                           long long to, const RowP& q, Hdr* out, float* tmax) {
+                           long long to, const RowP& q, const LogitXform& xf, Hdr* out,
+                           float* tmax) {
   FirstVisit<RACE, ZRAW, ZS> f;
   f.col0 = col0;
   f.T = q.T;
@@ -578,12 +589,12 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   hdrInit(f.h);
   if (RACE) {
     f.race.init(q.T, q.seed, q.offset);
-    f.race.seedBound(rowp, dtype, col0, from, to);
+    f.race.seedBound(rowp, dtype, col0, from, to, xf);
   }
   /* eight vectors in flight per thread, four where the race's noise needs
    * the registers (one block per SM: 64 KB or 32 KB in flight; any traversal
    * gives topkRangeFromMax disjoint per-thread maxima) */
-  forEachElemWarp<RACE ? 4 : 8>(rowp, dtype, from, to, f);
+  forEachElemWarpX<RACE ? 4 : 8>(rowp, dtype, from, to, xf, f);
   if (RACE) {
     f.race.finish();
     f.h.rkey = f.race.best.k;
@@ -696,7 +707,7 @@ struct HistVisit {
 /* The shard's histogram of the state's current round into bins[BINS] (u64;
  * counts for K). Every thread calls it. */
 __device__ void histPass(const SState& st, const char* rowp, int dtype, long long nvalid,
-                         u64* bins) {
+                         const LogitXform& xf, u64* bins) {
   __shared__ uint32_t s_cnt[BINS];
   for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
     s_cnt[i] = 0u;
@@ -707,10 +718,10 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   roundDigit(st.round, &shift, &width);
   if (st.mode == MODE_P) {
     HistVisit<true> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_cnt, bins};
-    forEachElem(rowp, dtype, 0, nvalid, v);
+    forEachElemX(rowp, dtype, 0, nvalid, xf, v);
   } else {
     HistVisit<false> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_cnt, bins};
-    forEachElem(rowp, dtype, 0, nvalid, v);
+    forEachElemX(rowp, dtype, 0, nvalid, xf, v);
   }
   __syncthreads();
   if (st.mode != MODE_P)
@@ -824,7 +835,8 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
 
 /* ---- the race over the kept set of a shard (index order: ties need rank) ---------- */
 __device__ void racePass(const SState& st, const char* rowp, int dtype, long long col0,
-                         long long nvalid, int rank, float* bk, uint32_t* bi, float* bv) {
+                         long long nvalid, int rank, const LogitXform& xf, float* bk,
+                         uint32_t* bi, float* bv) {
   __shared__ int s_warp[WARPS];
   __shared__ Hdr s_h;
   Race race;
@@ -835,7 +847,7 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   for (long long base = 0; base < nvalid; base += blockDim.x) {
     const long long j = base + threadIdx.x;
-    const float x = j < nvalid ? noNan(loadValue(rowp, j, dtype)) : -INFINITY;
+    const float x = j < nvalid ? noNan(xf.one(j, loadValue(rowp, j, dtype))) : -INFINITY;
     const uint32_t key = orderKey(x);
     const bool in = x > -INFINITY && aboveThr(st, key);
     const bool tied = ties && in && key == st.tkey;
@@ -1125,14 +1137,15 @@ __device__ __forceinline__ const char* rowPtr(const dpsSampleArgs& a, long long 
 __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bool bad) {
   __shared__ u64 s_bins[BINS];
   const char* rowp = rowPtr(a, row);
+  const LogitXform xf = rowXform(a, row);
   while (st->mode == MODE_K || st->mode == MODE_P) {
-    histPass(*st, rowp, a.dtype, a.nvalid, s_bins);
+    histPass(*st, rowp, a.dtype, a.nvalid, xf, s_bins);
     if (threadIdx.x == 0) searchMerge(*st, s_bins, 1);
     __syncthreads();
   }
   float bk, bv;
   uint32_t bi;
-  racePass(*st, rowp, a.dtype, a.col0, a.nvalid, 0, &bk, &bi, &bv);
+  racePass(*st, rowp, a.dtype, a.col0, a.nvalid, 0, xf, &bk, &bi, &bv);
   if (threadIdx.x == 0 && !bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st->lse);
 }
 
@@ -1191,21 +1204,22 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   const bool race = !greedy && !topk_on && !topp_on;
   const bool zs = !greedy && topp_on && !minp_on && !(q.k >= 1 && q.k <= CAND);
   const char* rowp = rowPtr(a, row);
+  const LogitXform xf = rowXform(a, row);
   long long from, to;
   chunkRange(a.nvalid, a.chunks, chunk, &from, &to);
   float tmax;
   /* race (no top-k, no top-p) and zs (top-p) never meet */
   const int sel = (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0);
   switch (sel) {
-    case 0: firstVisit<false, false, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 1: firstVisit<false, false, true>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 2: firstVisit<false, true, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 3: firstVisit<false, true, true>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    case 4: firstVisit<true, false, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
-    default: firstVisit<true, true, false>(rowp, a.dtype, a.col0, from, to, q, &s_hdr, &tmax); break;
+    case 0: firstVisit<false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 1: firstVisit<false, false, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 2: firstVisit<false, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 3: firstVisit<false, true, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 4: firstVisit<true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    default: firstVisit<true, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
   }
   if (cand) {
-    topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel);
+    topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, xf);
   } else {
     for (int j = threadIdx.x; j < CAND; j += blockDim.x) s_sel[j] = 0ull;
     __syncthreads();
@@ -1295,10 +1309,11 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
                                                        : MODE_RACE;
   if (s_st.mode == want) {
     const char* rowp = rowPtr(a, row);
+    const LogitXform xf = rowXform(a, row);
     if (want == MODE_RACE) {
       float bk, bv;
       uint32_t bi;
-      racePass(s_st, rowp, a.dtype, a.col0, a.nvalid, a.rank, &bk, &bi, &bv);
+      racePass(s_st, rowp, a.dtype, a.col0, a.nvalid, a.rank, xf, &bk, &bi, &bv);
       if (threadIdx.x == 0) {
         s_rec[0] = __float_as_uint(bk);
         s_rec[1] = bi;
@@ -1306,7 +1321,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
         s_rec[3] = 0u;
       }
     } else {
-      histPass(s_st, rowp, a.dtype, a.nvalid, s_bins);
+      histPass(s_st, rowp, a.dtype, a.nvalid, xf, s_bins);
       for (int d = threadIdx.x; d < BINS; d += blockDim.x) {
         if (want == MODE_K) {
           s_rec[d] = (uint32_t)s_bins[d];
@@ -1417,6 +1432,58 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(const __grid_consta
   }
 }
 
+/* ---- dpsVerifyChain's chain walk ----------------------------------------------- */
+constexpr int WALK_THREADS = 256;
+
+/* Whether a candidate is outside [0, vocab) (block-uniform); the first one
+ * is counted and recorded as callInvalid records a parameter. */
+__device__ bool candidatesInvalid(const dpsSampleArgs& a, const dpsVerifyWalkArgs& w) {
+  __shared__ long long s_bad;
+  if (threadIdx.x == 0) s_bad = LLONG_MAX;
+  __syncthreads();
+  const long long n = (long long)w.pad_bs * w.n;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t c = w.candidates[i];
+    if (c < 0 || (long long)c >= w.vocab) atomicMin(&s_bad, i);
+  }
+  __syncthreads();
+  const long long bad = s_bad;
+  if (bad != LLONG_MAX && threadIdx.x == 0) {
+    dpsSampleCounters* c = a.s.counters;
+    atomicAdd(&c->invalid_calls, 1ull);
+    if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
+      c->bad_row = bad;
+      c->bad_arg = DPS_SAMPLE_ARG_CANDIDATE;
+      c->bad_bits = (uint32_t)w.candidates[bad];
+      __threadfence();
+      *(volatile unsigned long long*)&c->bad_seen = 1ull;
+    }
+  }
+  __syncthreads();
+  return bad != LLONG_MAX;
+}
+
+/* One block: request b's chain accepts draft i while it equals the token of
+ * position i - 1 (docs/sampling.md); nothing is written for an invalid call
+ * (a parameter: the first kernel counted it; a candidate: counted here). */
+__global__ void __launch_bounds__(WALK_THREADS) walkKernel(const __grid_constant__ dpsSampleArgs a,
+                                                           const __grid_constant__ dpsVerifyWalkArgs w) {
+  dpsPdlWait();
+  if (callInvalid(a, false) || candidatesInvalid(a, w)) return;
+  for (int b = threadIdx.x; b < w.pad_bs; b += blockDim.x) {
+    const long long r0 = (long long)b * w.n;
+    int acc = 0;
+    while (acc + 1 < w.n && w.candidates[r0 + acc + 1] == (int32_t)a.tokens[r0 + acc]) ++acc;
+    for (int i = 0; i < w.n; ++i) {
+      const bool kept = i <= acc;
+      w.predict[r0 + i] = kept ? (int32_t)a.tokens[r0 + i] : 0;
+      w.accept_index[r0 + i] = kept ? (int32_t)(r0 + i) : -1;
+      if (w.logprobs) w.logprobs[r0 + i] = kept ? a.logprobs[r0 + i] : 0.f;
+    }
+    w.accept_length[b] = acc + 1;
+  }
+}
+
 }  // namespace
 
 static unsigned capped(long long items, int cap) {
@@ -1436,8 +1503,13 @@ extern "C" cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t
                    stream, a->pdl, *a);
 }
 
+extern "C" cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVerifyWalkArgs* w,
+                                           cudaStream_t stream) {
+  return dpsLaunch(walkKernel, dim3(1), dim3(WALK_THREADS), stream, a->pdl, *a, *w);
+}
+
 extern "C" cudaError_t dpsPreloadSampleKernels(void) {
   const void* const k[] = {(const void*)firstKernel, (const void*)stepKernel,
-                           (const void*)mergeKernel};
-  return dpsPreload(k, 3);
+                           (const void*)mergeKernel, (const void*)walkKernel};
+  return dpsPreload(k, 4);
 }

@@ -63,18 +63,30 @@ enum {
 };
 
 /* The parameters as the kernels read them: the caller's (an array where
- * non-NULL, else the scalar), and whether any array is given (then the
- * kernels check the values). */
+ * non-NULL, else the scalar), whether any array is given (then the kernels
+ * check the values), and the rows per array entry: row r reads entry
+ * r / per_entry and draws at offset + r % per_entry (dpsVerifyChain: N, the
+ * positions of a request; dpsSample: 1). */
 typedef struct {
   dpsSampleParams_t v;
   int any_array;
+  int per_entry;
 } dpsSampleParamsDev;
+
+/* What every read of a logit sees (dpsVerifyChain): cap > 0 soft-caps it
+ * (cap * tanhf(l / cap)), then a clear bit of the row's mask words (NULL:
+ * none) excludes it. */
+typedef struct {
+  const uint32_t* mask; /* [rows, mask_words] over the global vocabulary */
+  long long mask_words;
+  float cap;
+} dpsSampleXform;
 
 /* The valid ranges of the float parameters, one rule for the host's check
  * of the scalars and the kernels' check of the arrays: 0 when valid, else
  * DPS_SAMPLE_ARG_* of the first one out of range. */
 enum { DPS_SAMPLE_ARG_TEMPERATURE = 1, DPS_SAMPLE_ARG_TOP_K = 2, DPS_SAMPLE_ARG_TOP_P = 3,
-       DPS_SAMPLE_ARG_MIN_P = 4 };
+       DPS_SAMPLE_ARG_MIN_P = 4, DPS_SAMPLE_ARG_CANDIDATE = 5 /* bad_bits: the int32 */ };
 #if defined(__CUDACC__)
 #define DPS_SAMPLE_HD static __host__ __device__ __forceinline__
 #else
@@ -103,6 +115,13 @@ typedef struct {
   uint32_t* partial;        /* [DPS_SAMPLE_MAX_PARTIALS] x DPS_SAMPLE_MAX_WORDS */
   unsigned int* tickets;    /* [max rows] */
   dpsSampleCounters* counters;
+  /* dpsVerifyChain: the rows' tokens and logprobs, then its persistent outputs */
+  int64_t* tokens;          /* [max rows] */
+  float* token_lps;         /* [max rows] */
+  int32_t* predict;         /* [max rows] */
+  int32_t* accept_index;    /* [max rows] */
+  int32_t* accept_length;   /* [max_pad_bs] */
+  float* logprobs;          /* [max rows] */
 } dpsSampleScratch;
 
 typedef struct {
@@ -118,6 +137,7 @@ typedef struct {
   int step;           /* DPS_SAMPLE_STEP_* (a row's round is in its state) */
   int words;          /* record words of this step */
   dpsSampleParamsDev p;
+  dpsSampleXform xf;
   int64_t* tokens;
   float* logprobs;
   dpsSampleScratch s;
@@ -126,7 +146,21 @@ typedef struct {
   int pdl;
 } dpsSampleArgs;
 
+/* dpsVerifyChain's walk of every request's chain over the tokens (and
+ * logprobs) the sample steps left in a->tokens (a->logprobs). */
+typedef struct {
+  const int32_t* candidates; /* [pad_bs, n], each in [0, vocab) */
+  int pad_bs, n;
+  long long vocab;
+  int32_t* predict;          /* [pad_bs, n] */
+  int32_t* accept_index;     /* [pad_bs, n] */
+  int32_t* accept_length;    /* [pad_bs] */
+  float* logprobs;           /* [pad_bs, n], NULL: not wanted */
+} dpsVerifyWalkArgs;
+
 cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
+cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVerifyWalkArgs* w,
+                                cudaStream_t stream);
 cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream);
 cudaError_t dpsPreloadSampleKernels(void);
 

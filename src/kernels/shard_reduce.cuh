@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "sample_rng.h" /* dpsSampleSoftCap */
+
 namespace dpsshard {
 
 using u64 = unsigned long long;
@@ -28,6 +30,32 @@ __device__ __forceinline__ float loadValue(const void* base, long long i, int dt
 }
 
 __device__ __forceinline__ float noNan(float v) { return v != v ? -INFINITY : v; }
+
+/* ---- what a read of the logits sees ---------------------------------------------- */
+/* The raw values (argmax, top-k, dpsSample). */
+struct NoXform {
+  __device__ __forceinline__ bool on() const { return false; }
+  __device__ __forceinline__ float one(long long, float x) const { return x; }
+};
+/* dpsVerifyChain's soft-cap (sample_rng.h's dpsSampleSoftCap, bit for bit
+ * the host reference's), then its grammar mask, on every value read; a -inf
+ * or NaN logit stays excluded (and a lane without a column, which
+ * forEachElemWarp gives -inf, reads no mask word). */
+struct LogitXform {
+  const uint32_t* mask; /* the row's words over the global vocabulary; NULL: all allowed */
+  long long g0;         /* global index of column 0 */
+  float cap;            /* > 0: the soft-cap; 0: off */
+  __device__ __forceinline__ bool on() const { return mask != nullptr || cap > 0.f; }
+  __device__ __forceinline__ float one(long long j, float x) const {
+    if (!(x > -INFINITY)) return x;
+    if (cap > 0.f) x = dpsSampleSoftCap(x, cap);
+    if (mask != nullptr) {
+      const unsigned long long g = (unsigned long long)(g0 + j);
+      if (!((__ldg(mask + (g >> 5)) >> (unsigned)(g & 31u)) & 1u)) x = -INFINITY;
+    }
+    return x;
+  }
+};
 
 /* 2^x (ex2.approx: -inf -> 0, NaN -> NaN). */
 __device__ __forceinline__ float fastExp2(float x) {
@@ -192,6 +220,39 @@ __device__ __forceinline__ void forEachElemWarp(const char* rowp, int dtype, lon
   else forEachElemWarpT<0, U>(rowp, from, to, f);
 }
 
+/* A visitor f that sees the values through the transform xf (uniform over
+ * the block: the warp visitor's convergence holds). */
+template <typename X, typename F>
+struct XformVisit {
+  const X& xf;
+  F& f;
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+    float w[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) w[t] = v[t];
+    if (xf.on()) {
+#pragma unroll
+      for (int t = 0; t < C; ++t) w[t] = xf.one(j0 + t, w[t]);
+    }
+    f.template run<C>(j0, w);
+  }
+};
+
+template <int U = 4, typename X, typename F>
+__device__ __forceinline__ void forEachElemX(const char* rowp, int dtype, long long from,
+                                             long long to, const X& xf, F& f) {
+  XformVisit<X, F> v{xf, f};
+  forEachElem<U>(rowp, dtype, from, to, v);
+}
+
+template <int U = 4, typename X, typename F>
+__device__ __forceinline__ void forEachElemWarpX(const char* rowp, int dtype, long long from,
+                                                 long long to, const X& xf, F& f) {
+  XformVisit<X, F> v{xf, f};
+  forEachElemWarp<U>(rowp, dtype, from, to, v);
+}
+
 /* Column range [from, to) of chunk `chunk` of `chunks` over n columns. */
 __device__ __forceinline__ void chunkRange(long long n, int chunks, int chunk, long long* from,
                                            long long* to) {
@@ -243,8 +304,10 @@ __device__ __forceinline__ int mergePlace(const u64* L, int nlists, int k, int s
   return place;
 }
 
-__device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype) {
-  return orderKey(loadValue(rowp, j, dtype));
+template <typename X = NoXform>
+__device__ __forceinline__ uint32_t keyAt(const char* rowp, long long j, int dtype,
+                                          const X& xf = X()) {
+  return orderKey(xf.one(j, loadValue(rowp, j, dtype)));
 }
 
 /* A thread's float maximum (NaN ignored: fmaxf). */
@@ -308,8 +371,10 @@ __device__ __forceinline__ int topkGroups(int k) {
   return g;
 }
 
+template <typename X = NoXform>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
-                                 long long from, long long to, float thread_max, u64* sel);
+                                        long long from, long long to, float thread_max, u64* sel,
+                                        const X& xf = X());
 
 /* The k best of columns [from, to) of the row into sel[0..k), best first,
  * fillers {KEY_NONE, NO_INDEX} after the last. Every thread calls it. */
@@ -323,9 +388,12 @@ __device__ __forceinline__ void topkRange(int k, int dtype, long long col0, cons
 /* topkRange after its first pass: thread_max is the float maximum (NaN
  * ignored) of the elements this thread visits in a forEachElem over
  * [from, to), any unroll (the threads' element sets only need to be
- * disjoint; another pass may compute it alongside its own work). */
+ * disjoint; another pass may compute it alongside its own work); xf: what
+ * that pass saw. */
+template <typename X>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
-                                 long long from, long long to, float thread_max, u64* sel) {
+                                        long long from, long long to, float thread_max, u64* sel,
+                                        const X& xf) {
   __shared__ u64 s_cand[SEL_CAND];
   __shared__ float s_max[TOPK_THREADS];
   __shared__ int s_count;
@@ -356,7 +424,7 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
 
   /* 2. collect the elements >= t */
   CollectVisit<false> col{t, orderKey(t), col0, s_cand, &s_count};
-  forEachElem<TOPK_UNROLL>(rowp, dtype, from, to, col);
+  forEachElemX<TOPK_UNROLL>(rowp, dtype, from, to, xf, col);
   __syncthreads();
   int count = s_count;
   __syncthreads();
@@ -374,7 +442,7 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
       for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
       __syncthreads();
       RadixVisit rv{prefix, mask, shift, s_hist};
-      forEachElem(rowp, dtype, from, to, rv);
+      forEachElemX(rowp, dtype, from, to, xf, rv);
       __syncthreads();
       if (threadIdx.x == 0) {
         int need = s_need, above = 0, d = 255;
@@ -390,14 +458,14 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
     if (threadIdx.x == 0) s_count = 0;
     __syncthreads();
     CollectVisit<true> gt{keyValue(T), T, col0, s_cand, &s_count};
-    forEachElem(rowp, dtype, from, to, gt);
+    forEachElemX(rowp, dtype, from, to, xf, gt);
     __syncthreads();
     int have = s_count; /* < k */
     __syncthreads();
     __shared__ int s_warp[TOPK_THREADS / 32];
     for (long long base = from; base < to && have < k; base += blockDim.x) {
       const long long j = base + threadIdx.x;
-      const bool eq = j < to && keyAt(rowp, j, dtype) == T;
+      const bool eq = j < to && keyAt(rowp, j, dtype, xf) == T;
       const unsigned bal = __ballot_sync(0xffffffffu, eq);
       const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
       if (lane == 0) s_warp[w] = __popc(bal);
