@@ -75,7 +75,7 @@
  * configuration also creates and destroys its communicators). DPS_VR_FULL=1
  * (or "full"): the full matrix.
  * Arguments (or environment): tp=2,5-8 (DPS_VR_TP), backend=nccl|onesided|
- * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select,sample|all
+ * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select,sample,verify|all
  * (DPS_VR_SCENARIO), full, small (= DPS_TEST_SMALL=1: skips shapes above
  * 1 Mi logits elements and lengthens the timeout, for compute-sanitizer).
  * DPS_VR_TIMEOUT_MS (default 2000, 20000 with small), DPS_VR_BLOCKS (grid
@@ -539,6 +539,7 @@ int main(int argc, char** argv) {
       if (g_vr.scenarios & VR_SC_TIMEOUT) runTimeout(&t, tp, b);
       if (g_vr.scenarios & VR_SC_SELECT) runSelect(&t, tp, b);
       if (g_vr.scenarios & VR_SC_SAMPLE) vrRunSample(&t, tp, b);
+      if (g_vr.scenarios & VR_SC_VERIFY) vrRunVerify(&t, tp, b);
       printf("tp=%d %s: %ld passed, %ld failed", tp, vrBackendName(b), t.passed, t.failed);
       if (t.skipped) printf(", %ld shapes skipped (small)", t.skipped);
       if (b == VR_NCCL && (g_vr.scenarios & VR_SC_TIMEOUT))

@@ -610,6 +610,7 @@ static int vrParseScenarios(const char* s) {
     else if (strcmp(tok, "timeout") == 0) g_vr.scenarios |= VR_SC_TIMEOUT;
     else if (strcmp(tok, "select") == 0) g_vr.scenarios |= VR_SC_SELECT;
     else if (strcmp(tok, "sample") == 0) g_vr.scenarios |= VR_SC_SAMPLE;
+    else if (strcmp(tok, "verify") == 0) g_vr.scenarios |= VR_SC_VERIFY;
     else return -1;
   }
   return g_vr.scenarios ? 0 : -1;

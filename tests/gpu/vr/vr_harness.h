@@ -29,10 +29,12 @@ enum {
   VR_SC_GRAPH = 4,
   VR_SC_TIMEOUT = 8,
   VR_SC_SELECT = 16,
-  VR_SC_SAMPLE = 32
+  VR_SC_SAMPLE = 32,
+  VR_SC_VERIFY = 64
 };
 #define VR_SC_ALL \
-  (VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT | VR_SC_SAMPLE)
+  (VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT | VR_SC_SAMPLE | \
+   VR_SC_VERIFY)
 /* the onesided gathers' protocol (DPSAMPLING_ONESIDED_GATHER_PROTO) */
 enum { VR_GATHER_LL = 0, VR_GATHER_LL128 = 1 };
 #define VR_LL_DEFAULT ((uint64_t)256 * 1024) /* the backend's default swap LL threshold */
@@ -185,5 +187,10 @@ int vrSkipLarge(int tp, const VrCfg* c);
 /* dpsSample at tp ranks against the tp = 1 result of the same full logits
  * (computed by the first call, on both backends) and the host reference. */
 void vrRunSample(VrTally* t, int tp, int backend);
+
+/* ---- scenario verify (vr_verify.c) ------------------------------------------------- */
+/* dpsVerifyChain at tp ranks: sample + the host walk bit for bit; with a mask
+ * and a soft-cap, the host reference and the first group bit for bit. */
+void vrRunVerify(VrTally* t, int tp, int backend);
 
 #endif /* DPS_VR_HARNESS_H_ */
