@@ -385,14 +385,20 @@ static PyObject* logits_dtype(PyObject* x, dpsDataType_t* code) {
   return dt;
 }
 
+/* local_logits of swap, sample and verify_chain: a supported dtype (*code),
+ * 2-D, contiguous, on the communicator's device. */
+static int logits_arg(CommObject* self, PyObject* x, dpsDataType_t* code, TArg* a) {
+  PyObject* dt = logits_dtype(x, code);
+  if (dt == NULL) return -1;
+  Py_DECREF(dt);
+  return tensor_arg(x, "local_logits", self->device, 2, 0, a);
+}
+
 static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
   if (torch_load() != 0) return NULL;
   dpsDataType_t code;
-  PyObject* dt = logits_dtype(x, &code);
-  if (dt == NULL) return NULL;
-  Py_DECREF(dt);
   TArg a;
-  if (tensor_arg(x, "local_logits", self->device, 2, 0, &a) != 0) return NULL;
+  if (logits_arg(self, x, &code, &a) != 0) return NULL;
   long dflt = (a.shape[0] % self->n == 0) ? (long)(a.shape[0] / self->n) : -1;
   int pad_bs;
   if (pad_bs_arg(pad_obj, dflt, &pad_bs) != 0) return NULL;
@@ -443,6 +449,44 @@ static int expect_dtype(PyObject* t, const char* name, PyObject* want, const cha
   return ok ? 0 : -1;
 }
 
+/* The full-batch verify outputs (persistent buffers) as the cached views
+ * of operation `which`: (predict [pad_bs, N], accept_index [pad_bs, N],
+ * accept_length [pad_bs]), int32 (gather_verify_outputs, verify_chain). */
+static PyObject* outputs_view(CommObject* self, Handle* h, int which, int32_t* po, int32_t* aio,
+                              int32_t* alo, int pad_bs) {
+  void* key[VIEW_CACHE_KEYS] = {po, aio, alo};
+  PyObject* v = view_cache_get(&self->views[which], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  int64_t s1[1] = {pad_bs};
+  PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
+  PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
+  PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
+  if (c == NULL) {
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return NULL;
+  }
+  v = PyTuple_Pack(3, a, b, c);
+  Py_DECREF(a);
+  Py_DECREF(b);
+  Py_DECREF(c);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[which], pad_bs, v);
+}
+
+/* The full-batch logprobs fp32 [pad_bs, N] (a persistent buffer) as the
+ * cached view of operation `which` (gather_verify_logprobs, verify_chain). */
+static PyObject* logprobs_view(CommObject* self, Handle* h, int which, float* out, int pad_bs) {
+  void* key[VIEW_CACHE_KEYS] = {out};
+  PyObject* v = view_cache_get(&self->views[which], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  v = make_tensor(h, out, self->device, dl_f32, 2, s2);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[which], pad_bs, v);
+}
+
 static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, PyObject* ai,
                                      PyObject* al, PyObject* pad_obj) {
   if (torch_load() != 0) return NULL;
@@ -480,25 +524,7 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, P
                              &aio, &alo, (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  void* key[VIEW_CACHE_KEYS] = {po, aio, alo};
-  PyObject* v = view_cache_get(&self->views[V_GATHER], key, pad_bs);
-  if (v != NULL) return v;
-  int64_t s2[2] = {pad_bs, self->n};
-  int64_t s1[1] = {pad_bs};
-  PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
-  PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
-  PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
-  if (c == NULL) {
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return NULL;
-  }
-  v = PyTuple_Pack(3, a, b, c);
-  Py_DECREF(a);
-  Py_DECREF(b);
-  Py_DECREF(c);
-  if (v == NULL) return NULL;
-  return view_cache_put(&self->views[V_GATHER], pad_bs, v);
+  return outputs_view(self, h, V_GATHER, po, aio, alo, pad_bs);
 }
 
 static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject* kw) {
@@ -533,13 +559,7 @@ static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* x, 
                               (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  void* key[VIEW_CACHE_KEYS] = {out};
-  PyObject* v = view_cache_get(&self->views[V_LOGPROB], key, pad_bs);
-  if (v != NULL) return v;
-  int64_t s2[2] = {pad_bs, self->n};
-  v = make_tensor(h, out, self->device, dl_f32, 2, s2);
-  if (v == NULL) return NULL;
-  return view_cache_put(&self->views[V_LOGPROB], pad_bs, v);
+  return logprobs_view(self, h, V_LOGPROB, out, pad_bs);
 }
 
 static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject* kw) {
@@ -637,17 +657,22 @@ static PyObject* comm_select(CommObject* self, PyObject* args) {
  * whose device pointer goes into the params' array field. The scalars' ranges
  * are the library's to check (dpsInvalidArgument names the argument). */
 
-/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `rows`
+/* The length of a parameter tensor: one entry per row (sample: `n` rows of
+ * local_logits) or per request (verify_chain: n == pad_bs). */
+typedef enum { PER_ROW, PER_REQUEST } ParamsPer;
+
+/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `n`
  * long, contiguous, on the communicator's device. *is_alt says which dtype. */
 static int sample_array(PyObject* t, const char* name, PyObject* want, PyObject* alt,
-                        const char* want_names, int device, int64_t rows, const void** ptr,
-                        int* is_alt) {
+                        const char* want_names, int device, int64_t n, ParamsPer per,
+                        const void** ptr, int* is_alt) {
+  const char* dim = per == PER_ROW ? "rows" : "pad_bs";
   PyObject* dt = tensor_dtype(t, name);
   if (dt == NULL) return -1;
   const int ok = dt == want || (alt != NULL && dt == alt);
   if (!ok) {
-    PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [rows], got %R",
-                 name, want_names, dt);
+    PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [%s], got %R",
+                 name, want_names, dim, dt);
     Py_DECREF(dt);
     return -1;
   }
@@ -655,10 +680,15 @@ static int sample_array(PyObject* t, const char* name, PyObject* want, PyObject*
   Py_DECREF(dt);
   TArg a;
   if (tensor_arg(t, name, device, 1, 0, &a) != 0) return -1;
-  if (a.shape[0] != rows) {
-    PyErr_Format(PyExc_ValueError,
-                 "%s has shape [%lld] but local_logits has %lld rows (one value per row)", name,
-                 (long long)a.shape[0], (long long)rows);
+  if (a.shape[0] != n) {
+    if (per == PER_ROW)
+      PyErr_Format(PyExc_ValueError,
+                   "%s has shape [%lld] but local_logits has %lld rows (one value per row)", name,
+                   (long long)a.shape[0], (long long)n);
+    else
+      PyErr_Format(PyExc_ValueError,
+                   "%s has shape [%lld] but pad_bs=%lld (one value per request)", name,
+                   (long long)a.shape[0], (long long)n);
     return -1;
   }
   *ptr = a.ptr;
@@ -675,61 +705,68 @@ static int sample_float(PyObject* o, float* v) {
   return 1;
 }
 
-static PyObject* sample_body(CommObject* self, Handle* h, PyObject* const* o, long long limit) {
-  enum { X, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, TOKENS, LOGPROBS };
-  if (torch_load() != 0) return NULL;
-  dpsDataType_t code;
-  PyObject* dt = logits_dtype(o[X], &code);
-  if (dt == NULL) return NULL;
-  Py_DECREF(dt);
-  TArg a;
-  if (tensor_arg(o[X], "local_logits", self->device, 2, 0, &a) != 0) return NULL;
-  const int64_t rows = a.shape[0];
-  const int dev = self->device;
-  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+/* The sampling parameters of sample and verify_chain into *p:
+ * q = (temperature, top_k, top_p, min_p, seed, offset), each a Python number
+ * (the scalar) or a tensor of n entries (its device pointer). */
+static int sample_params(PyObject* const* q, int dev, int64_t n, ParamsPer per,
+                         dpsSampleParams_t* p) {
+  enum { TEMP, TOPK, TOPP, MINP, SEED, OFFSET };
   const void* arr;
   int alt, r;
   /* float parameters: a number -> the scalar, else a float32 tensor */
   static const char* const fnames[3] = {"temperature", "top_p", "min_p"};
   const int fidx[3] = {TEMP, TOPP, MINP};
-  float* fscalar[3] = {&p.temperature, &p.top_p, &p.min_p};
-  const float** farray[3] = {&p.temperatures, &p.top_ps, &p.min_ps};
+  float* fscalar[3] = {&p->temperature, &p->top_p, &p->min_p};
+  const float** farray[3] = {&p->temperatures, &p->top_ps, &p->min_ps};
   for (int i = 0; i < 3; ++i) {
-    if ((r = sample_float(o[fidx[i]], fscalar[i])) < 0) return NULL;
+    if ((r = sample_float(q[fidx[i]], fscalar[i])) < 0) return -1;
     if (r == 0) {
-      if (sample_array(o[fidx[i]], fnames[i], t_f32, NULL, "torch.float32", dev, rows, &arr,
+      if (sample_array(q[fidx[i]], fnames[i], t_f32, NULL, "torch.float32", dev, n, per, &arr,
                        NULL) != 0)
-        return NULL;
+        return -1;
       *farray[i] = (const float*)arr;
     }
   }
-  if (PyLong_Check(o[TOPK])) {
-    p.top_k = (int64_t)PyLong_AsLongLong(o[TOPK]);
-    if (p.top_k == -1 && PyErr_Occurred()) return NULL;
+  if (PyLong_Check(q[TOPK])) {
+    p->top_k = (int64_t)PyLong_AsLongLong(q[TOPK]);
+    if (p->top_k == -1 && PyErr_Occurred()) return -1;
   } else {
-    if (sample_array(o[TOPK], "top_k", t_i32, t_i64, "torch.int32 or torch.int64", dev, rows,
+    if (sample_array(q[TOPK], "top_k", t_i32, t_i64, "torch.int32 or torch.int64", dev, n, per,
                      &arr, &alt) != 0)
-      return NULL;
+      return -1;
     if (alt)
-      p.top_ks_i64 = (const int64_t*)arr;
+      p->top_ks_i64 = (const int64_t*)arr;
     else
-      p.top_ks = (const int32_t*)arr;
+      p->top_ks = (const int32_t*)arr;
   }
   /* seed, offset: uint64; a tensor is int64 and its bits are the values */
   static const char* const unames[2] = {"seed", "offset"};
-  uint64_t* uscalar[2] = {&p.seed, &p.offset};
-  const uint64_t** uarray[2] = {&p.seeds, &p.offsets};
+  uint64_t* uscalar[2] = {&p->seed, &p->offset};
+  const uint64_t** uarray[2] = {&p->seeds, &p->offsets};
   for (int i = 0; i < 2; ++i) {
-    PyObject* u = o[SEED + i];
+    PyObject* u = q[SEED + i];
     if (PyLong_Check(u)) {
       *uscalar[i] = (uint64_t)PyLong_AsUnsignedLongLong(u);
-      if (*uscalar[i] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+      if (*uscalar[i] == (uint64_t)-1 && PyErr_Occurred()) return -1;
     } else {
-      if (sample_array(u, unames[i], t_i64, NULL, "torch.int64", dev, rows, &arr, NULL) != 0)
-        return NULL;
+      if (sample_array(u, unames[i], t_i64, NULL, "torch.int64", dev, n, per, &arr, NULL) != 0)
+        return -1;
       *uarray[i] = (const uint64_t*)arr;
     }
   }
+  return 0;
+}
+
+static PyObject* sample_body(CommObject* self, Handle* h, PyObject* const* o, long long limit) {
+  enum { X, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, TOKENS, LOGPROBS };
+  if (torch_load() != 0) return NULL;
+  dpsDataType_t code;
+  TArg a;
+  if (logits_arg(self, o[X], &code, &a) != 0) return NULL;
+  const int64_t rows = a.shape[0];
+  const int dev = self->device;
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  if (sample_params(&o[TEMP], dev, rows, PER_ROW, &p) != 0) return NULL;
   void *pt, *pl;
   if (select_out(o[TOKENS], "out", t_i64, "torch.int64", dev, rows, -1, &pt) != 0 ||
       select_out(o[LOGPROBS], "out_logprobs", t_f32, "torch.float32", dev, rows, -1, &pl) != 0)
