@@ -36,6 +36,8 @@ enum {
   V_SWAP,    /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
   V_GATHER,  /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
   V_LOGPROB, /* gather_verify_logprobs: the [pad_bs, N] tensor */
+  V_VERIFY,  /* verify_chain: tuples (predict, accept_index, accept_length) */
+  V_VERIFY_LP, /* verify_chain: its logprobs [pad_bs, N] */
   V_COUNT
 };
 
@@ -802,6 +804,104 @@ static PyObject* comm_sample(CommObject* self, PyObject* args) {
   return v;
 }
 
+/* _verify_chain(local_logits, candidates, pad_bs, vocab_limit, temperature,
+ *               top_k, top_p, min_p, seed, offset, vocab_mask, softcap,
+ *               return_logprobs): dpsVerifyChain. The parameters are
+ * sample's, with tensors of pad_bs entries (one per request); verify_chain()
+ * has normalized them and checked softcap (0: off). Returns the views of the
+ * persistent outputs: (predict, accept_index, accept_length), plus logprobs
+ * when return_logprobs. */
+static PyObject* verify_body(CommObject* self, Handle* h, PyObject* const* o, long long limit,
+                             double softcap, int want_lp) {
+  enum { X, CAND, PAD, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, MASK };
+  if (torch_load() != 0) return NULL;
+  int pad_bs;
+  if (pad_bs_arg(o[PAD], -1, &pad_bs) != 0) return NULL;
+  if (pad_bs > self->max_pad_bs) {
+    PyErr_Format(PyExc_ValueError, "pad_bs=%d must be in [1, max_pad_bs=%d]", pad_bs,
+                 self->max_pad_bs);
+    return NULL;
+  }
+  const int dev = self->device, n = self->n;
+  const int64_t rows = (int64_t)pad_bs * n;
+  dpsDataType_t code;
+  TArg a, c;
+  if (logits_arg(self, o[X], &code, &a) != 0) return NULL;
+  if (a.shape[0] != rows) {
+    PyErr_Format(PyExc_ValueError,
+                 "local_logits has %lld rows but pad_bs*num_tokens_per_req = %d*%d = %lld",
+                 (long long)a.shape[0], pad_bs, n, (long long)rows);
+    return NULL;
+  }
+  if (expect_dtype(o[CAND], "candidates", t_i32, "torch.int32") != 0 ||
+      tensor_arg(o[CAND], "candidates", dev, 2, 0, &c) != 0)
+    return NULL;
+  if (c.shape[0] != pad_bs || c.shape[1] != n) {
+    PyErr_Format(PyExc_ValueError,
+                 "candidates has shape [%lld, %lld] but must be [pad_bs, num_tokens_per_req] = "
+                 "[%d, %d]",
+                 (long long)c.shape[0], (long long)c.shape[1], pad_bs, n);
+    return NULL;
+  }
+  const int32_t* mask = NULL;
+  if (o[MASK] != Py_None) {
+    TArg m;
+    const int64_t words = (self->vocab + 31) / 32;
+    if (expect_dtype(o[MASK], "vocab_mask", t_i32, "torch.int32") != 0 ||
+        tensor_arg(o[MASK], "vocab_mask", dev, 2, 0, &m) != 0)
+      return NULL;
+    if (m.shape[0] != rows || m.shape[1] != words) {
+      PyErr_Format(PyExc_ValueError,
+                   "vocab_mask has shape [%lld, %lld] but must be [pad_bs*num_tokens_per_req, "
+                   "ceil(vocab_size/32)] = [%lld, %lld]",
+                   (long long)m.shape[0], (long long)m.shape[1], (long long)rows,
+                   (long long)words);
+      return NULL;
+    }
+    mask = (const int32_t*)m.ptr;
+  }
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  if (sample_params(&o[TEMP], dev, pad_bs, PER_REQUEST, &p) != 0) return NULL;
+  void* stream;
+  if (current_stream(dev, &stream) != 0) return NULL;
+  adapter_reset(self);
+  dpsComm_t comm = h->comm;
+  const int64_t vlimit = limit > 0 ? (int64_t)limit : self->vocab;
+  int32_t *po = NULL, *aio = NULL, *alo = NULL;
+  float* lpo = NULL;
+  dpsResult_t st;
+  PyThreadState* ts = op_gil_drop(self);
+  st = dpsVerifyChain(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, pad_bs,
+                      (const int32_t*)c.ptr, &p, mask, (float)softcap, &po, &aio, &alo,
+                      want_lp ? &lpo : NULL, (struct CUstream_st*)stream);
+  gil_take(ts);
+  if (st != dpsSuccess) return op_fail(self, st);
+  PyObject* t = outputs_view(self, h, V_VERIFY, po, aio, alo, pad_bs);
+  if (t == NULL || !want_lp) return t;
+  PyObject* l = logprobs_view(self, h, V_VERIFY_LP, lpo, pad_bs);
+  PyObject* v = l == NULL ? NULL
+                          : PyTuple_Pack(4, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1),
+                                         PyTuple_GET_ITEM(t, 2), l);
+  Py_DECREF(t);
+  Py_XDECREF(l);
+  return v;
+}
+
+static PyObject* comm_verify_chain(CommObject* self, PyObject* args) {
+  PyObject* o[10];
+  long long limit;
+  double softcap;
+  int want_lp;
+  if (!PyArg_ParseTuple(args, "OOOLOOOOOOOdp:_verify_chain", &o[0], &o[1], &o[2], &limit, &o[3],
+                        &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &softcap, &want_lp))
+    return NULL;
+  Handle* h;
+  if (comm_enter(self, "verify_chain", &h) != 0) return NULL;
+  PyObject* v = verify_body(self, h, o, limit, softcap, want_lp);
+  comm_leave(self, h);
+  return v;
+}
+
 /* sample_stats(): dpsCommGetSampleStats as a dict. It waits for the sampling
  * work already enqueued (a host sync), so it runs without the GIL. When
  * invalid_calls grew since this object's previous read, the library's last
@@ -995,6 +1095,11 @@ static PyMethodDef comm_methods[] = {
      "_sample(local_logits, vocab_limit, temperature, top_k, top_p, min_p, seed, offset, "
      "tokens, logprobs): dpsSample into the given tensors (a parameter is a Python number for "
      "every row or a tensor [rows]; logprobs None: not wanted; vocab_limit <= 0: the vocab size)"},
+    {"_verify_chain", (PyCFunction)comm_verify_chain, METH_VARARGS,
+     "_verify_chain(local_logits, candidates, pad_bs, vocab_limit, temperature, top_k, top_p, "
+     "min_p, seed, offset, vocab_mask, softcap, return_logprobs): dpsVerifyChain (parameters as "
+     "_sample's, tensors of pad_bs entries; vocab_mask None: none; softcap 0: off) -> (predict, "
+     "accept_index, accept_length[, logprobs]), views of persistent outputs"},
     {"sample_stats", (PyCFunction)comm_sample_stats, METH_NOARGS,
      "sample_stats($self, /)\n--\n\n"
      "Rows sampled on this communicator by path, and invalid calls: a dict with rows_greedy, "
