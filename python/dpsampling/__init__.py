@@ -173,6 +173,46 @@ def _int_param(name, value, lo, hi, kind, wrap=False):
     return _tensor_or_raise(name, value, kind)
 
 
+def _sample_params(temperature, seed, offset, top_k, top_p, min_p):
+    """sample() and verify_chain()'s parameters, each normalized by
+    _float_param / _int_param (checked in this order: temperature, top_p,
+    min_p, top_k, seed, offset), in the order _sample and _verify_chain take
+    them: (temperature, top_k, top_p, min_p, seed, offset)."""
+    temperature = _float_param("temperature", temperature, None)
+    top_p = _float_param("top_p", top_p, 1.0)
+    min_p = _float_param("min_p", min_p, 0.0)
+    top_k = 0 if top_k is None else _int_param("top_k", top_k, -(2**63), 2**63,
+                                               "torch.int32 or torch.int64")
+    seed = _int_param("seed", seed, -(2**63), _UINT64, "torch.int64", wrap=True)
+    offset = _int_param("offset", offset, -(2**63), _UINT64, "torch.int64", wrap=True)
+    return temperature, top_k, top_p, min_p, seed, offset
+
+
+def _softcap_arg(softcap):
+    """verify_chain()'s softcap: None or 0 -> 0.0 (off), else a real number
+    c > 0 that stays positive and finite in fp32 (the library computes
+    c * tanhf(l / c) in fp32)."""
+    import math
+    import numbers
+    import struct
+
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be None or a real number, got {type(softcap).__name__}")
+    c = float(softcap)
+    if c == 0:
+        return 0.0
+    try:  # what the library receives: c rounded to fp32
+        c32 = struct.unpack("f", struct.pack("f", c))[0]
+    except OverflowError:
+        c32 = math.inf
+    if not (c > 0 and 0 < c32 < math.inf):
+        raise ValueError(f"softcap={softcap!r} must be None or 0 (off), or a positive finite "
+                         "number (finite and nonzero in fp32)")
+    return c
+
+
 def _is_process_group(group):
     """Whether `group` is a torch.distributed ProcessGroup (without importing
     torch: a caller that holds one has imported it)."""
@@ -493,9 +533,10 @@ class DpSamplingComm(_C.Comm):
     Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
     gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
     gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
-    argmax, topk, sample (a token per row from the vocab shards), sample_stats(),
-    close(). Outputs alias persistent buffers valid until the next call of the
-    same operation.
+    argmax, topk, sample (a token per row from the vocab shards),
+    verify_chain (the whole speculative verify from the vocab shards),
+    sample_stats(), close(). Outputs alias persistent buffers valid until the
+    next call of the same operation.
     """
 
     def __init__(
@@ -649,13 +690,7 @@ class DpSamplingComm(_C.Comm):
         them; an invalid entry of a parameter tensor is found on the device:
         that call writes nothing and sample_stats() reports it. At most 8
         ranks (tp_size <= 8, as for argmax and topk): more raise RuntimeError."""
-        temperature = _float_param("temperature", temperature, None)
-        top_p = _float_param("top_p", top_p, 1.0)
-        min_p = _float_param("min_p", min_p, 0.0)
-        top_k = 0 if top_k is None else _int_param("top_k", top_k, -(2**63), 2**63,
-                                                   "torch.int32 or torch.int64")
-        seed = _int_param("seed", seed, -(2**63), _UINT64, "torch.int64", wrap=True)
-        offset = _int_param("offset", offset, -(2**63), _UINT64, "torch.int64", wrap=True)
+        params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
         limit = _limit_arg(vocab_limit)
         if out_logprobs is not None and not return_logprobs:
             raise ValueError("out_logprobs is given but return_logprobs=False; pass "
@@ -670,11 +705,57 @@ class DpSamplingComm(_C.Comm):
             out = torch.empty(rows, dtype=torch.int64, device=dev)
         if return_logprobs and out_logprobs is None:
             out_logprobs = torch.empty(rows, dtype=torch.float32, device=dev)
-        self._sample(local_logits, limit, temperature, top_k, top_p, min_p, seed, offset, out,
-                     out_logprobs if return_logprobs else None)
+        self._sample(local_logits, limit, *params, out, out_logprobs if return_logprobs else None)
         if return_logprobs:
             return out, out_logprobs
         return out
+
+    # -- speculative verify without moving the logits -------------------------
+    def verify_chain(self, local_logits, candidates, *, pad_bs, temperature, seed, offset,
+                     top_k=None, top_p=None, min_p=None, vocab_limit=None, vocab_mask=None,
+                     softcap=None, return_logprobs=False):
+        """The whole data-parallel chain verify (swap_batch_vocab, a verify
+        of the full rows, gather_verify_outputs) in one call on this rank's
+        [pad_bs*N, V/tp] shard (N = num_tokens_per_req; every rank passes
+        its shard of the same rows and the same arguments; pad_bs need not
+        be a multiple of tp_size): (predict, accept_index, accept_length),
+        plus logprobs with return_logprobs=True, the full batch's outputs on
+        every rank.
+
+        Row b*N + j is request b's position j; every row is drawn as sample()
+        draws it, with request b's parameters and offset[b] + j; then each
+        request's chain is walked (docs/sampling.md, "The walk and its outputs"):
+        candidates int32 [pad_bs, N] on the device holds request b's last
+        accepted token (column 0, not read) and its N-1 drafts; draft i is
+        accepted while it equals the token of row b*N + i-1.
+        predict / accept_index int32 [pad_bs, N], accept_length int32
+        [pad_bs] (the bonus token counted), logprobs fp32 [pad_bs, N] (the
+        raw log_softmax of the capped, masked row at each predict entry):
+        unused entries are 0 (predict, logprobs) or -1 (accept_index);
+        accept_index holds flat row indices b*N + j. They are views of the
+        communicator's persistent buffers, valid until the next
+        verify_chain() call.
+
+        temperature, top_k, top_p, min_p, seed, offset, vocab_limit: as in
+        sample(), but a tensor holds pad_bs entries, one per request.
+        vocab_mask: None, or int32 [pad_bs*N, ceil(vocab_size/32)] on the
+        device, the full-vocabulary mask of each row on every rank: bit i % 32
+        of word i // 32 set = token i allowed. softcap: None or 0 (off), or
+        c > 0 finite: every logit l becomes c * tanh(l / c) (fp32) before
+        the mask and everything else. Invalid scalars raise ValueError naming
+        them; wrong tensor shapes, dtypes or devices raise ValueError /
+        TypeError naming the argument; an invalid entry of a parameter tensor
+        is found on the device (nothing written, counted in sample_stats()).
+        At most 8 ranks (tp_size <= 8): more raise RuntimeError."""
+        pad_bs = _int_arg("pad_bs", pad_bs)
+        params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
+        limit = _limit_arg(vocab_limit)
+        softcap = _softcap_arg(softcap)
+        if not hasattr(local_logits, "dim"):
+            raise TypeError(f"local_logits must be a torch.Tensor, got "
+                            f"{type(local_logits).__name__}")
+        return self._verify_chain(local_logits, candidates, pad_bs, limit, *params, vocab_mask,
+                                  softcap, bool(return_logprobs))
 
     def __enter__(self):
         return self

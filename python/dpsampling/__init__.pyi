@@ -19,7 +19,8 @@ _Group = Union[None, int, Iterable[int], torch.distributed.ProcessGroup]
 _Dtype = Union[torch.dtype, str]
 
 # A sample() parameter: a number for every row, or a 1-D tensor [rows] on the
-# logits' device (float32; top_k int32/int64; seed/offset int64 = uint64 bits).
+# logits' device (float32; top_k int32/int64; seed/offset int64 = uint64 bits);
+# for verify_chain() a tensor holds one entry per request ([pad_bs]).
 _Param = Union[float, int, torch.Tensor]
 
 class SampleStats(TypedDict):
@@ -119,6 +120,17 @@ class DpSamplingComm:
         return_logprobs: bool = ..., out: Optional[torch.Tensor] = ...,
         out_logprobs: Optional[torch.Tensor] = ...
     ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]: ...
+    # -> (predict int32 [pad_bs, N], accept_index int32 [pad_bs, N], accept_length int32
+    # [pad_bs]), plus logprobs fp32 [pad_bs, N] with return_logprobs=True: views of
+    # persistent buffers, valid until the next verify_chain. Parameters as sample()'s, a
+    # tensor holding pad_bs entries (one per request).
+    def verify_chain(
+        self, local_logits: torch.Tensor, candidates: torch.Tensor, *, pad_bs: int,
+        temperature: _Param, seed: _Param, offset: _Param, top_k: Optional[_Param] = ...,
+        top_p: Optional[_Param] = ..., min_p: Optional[_Param] = ...,
+        vocab_limit: Optional[int] = ..., vocab_mask: Optional[torch.Tensor] = ...,
+        softcap: Optional[float] = ..., return_logprobs: bool = ...
+    ) -> Tuple[torch.Tensor, ...]: ...
     def sample_stats(self) -> SampleStats: ...
     @property
     def backend(self) -> str: ...

@@ -36,6 +36,8 @@ enum {
   V_SWAP,    /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
   V_GATHER,  /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
   V_LOGPROB, /* gather_verify_logprobs: the [pad_bs, N] tensor */
+  V_VERIFY,  /* verify_chain: tuples (predict, accept_index, accept_length) */
+  V_VERIFY_LP, /* verify_chain: its logprobs [pad_bs, N] */
   V_COUNT
 };
 
@@ -385,14 +387,20 @@ static PyObject* logits_dtype(PyObject* x, dpsDataType_t* code) {
   return dt;
 }
 
+/* local_logits of swap, sample and verify_chain: a supported dtype (*code),
+ * 2-D, contiguous, on the communicator's device. */
+static int logits_arg(CommObject* self, PyObject* x, dpsDataType_t* code, TArg* a) {
+  PyObject* dt = logits_dtype(x, code);
+  if (dt == NULL) return -1;
+  Py_DECREF(dt);
+  return tensor_arg(x, "local_logits", self->device, 2, 0, a);
+}
+
 static PyObject* swap_body(CommObject* self, Handle* h, PyObject* x, PyObject* pad_obj) {
   if (torch_load() != 0) return NULL;
   dpsDataType_t code;
-  PyObject* dt = logits_dtype(x, &code);
-  if (dt == NULL) return NULL;
-  Py_DECREF(dt);
   TArg a;
-  if (tensor_arg(x, "local_logits", self->device, 2, 0, &a) != 0) return NULL;
+  if (logits_arg(self, x, &code, &a) != 0) return NULL;
   long dflt = (a.shape[0] % self->n == 0) ? (long)(a.shape[0] / self->n) : -1;
   int pad_bs;
   if (pad_bs_arg(pad_obj, dflt, &pad_bs) != 0) return NULL;
@@ -443,6 +451,44 @@ static int expect_dtype(PyObject* t, const char* name, PyObject* want, const cha
   return ok ? 0 : -1;
 }
 
+/* The full-batch verify outputs (persistent buffers) as the cached views
+ * of operation `which`: (predict [pad_bs, N], accept_index [pad_bs, N],
+ * accept_length [pad_bs]), int32 (gather_verify_outputs, verify_chain). */
+static PyObject* outputs_view(CommObject* self, Handle* h, int which, int32_t* po, int32_t* aio,
+                              int32_t* alo, int pad_bs) {
+  void* key[VIEW_CACHE_KEYS] = {po, aio, alo};
+  PyObject* v = view_cache_get(&self->views[which], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  int64_t s1[1] = {pad_bs};
+  PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
+  PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
+  PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
+  if (c == NULL) {
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return NULL;
+  }
+  v = PyTuple_Pack(3, a, b, c);
+  Py_DECREF(a);
+  Py_DECREF(b);
+  Py_DECREF(c);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[which], pad_bs, v);
+}
+
+/* The full-batch logprobs fp32 [pad_bs, N] (a persistent buffer) as the
+ * cached view of operation `which` (gather_verify_logprobs, verify_chain). */
+static PyObject* logprobs_view(CommObject* self, Handle* h, int which, float* out, int pad_bs) {
+  void* key[VIEW_CACHE_KEYS] = {out};
+  PyObject* v = view_cache_get(&self->views[which], key, pad_bs);
+  if (v != NULL) return v;
+  int64_t s2[2] = {pad_bs, self->n};
+  v = make_tensor(h, out, self->device, dl_f32, 2, s2);
+  if (v == NULL) return NULL;
+  return view_cache_put(&self->views[which], pad_bs, v);
+}
+
 static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, PyObject* ai,
                                      PyObject* al, PyObject* pad_obj) {
   if (torch_load() != 0) return NULL;
@@ -480,25 +526,7 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* p, P
                              &aio, &alo, (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  void* key[VIEW_CACHE_KEYS] = {po, aio, alo};
-  PyObject* v = view_cache_get(&self->views[V_GATHER], key, pad_bs);
-  if (v != NULL) return v;
-  int64_t s2[2] = {pad_bs, self->n};
-  int64_t s1[1] = {pad_bs};
-  PyObject* a = make_tensor(h, po, self->device, dl_i32, 2, s2);
-  PyObject* b = a ? make_tensor(h, aio, self->device, dl_i32, 2, s2) : NULL;
-  PyObject* c = b ? make_tensor(h, alo, self->device, dl_i32, 1, s1) : NULL;
-  if (c == NULL) {
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return NULL;
-  }
-  v = PyTuple_Pack(3, a, b, c);
-  Py_DECREF(a);
-  Py_DECREF(b);
-  Py_DECREF(c);
-  if (v == NULL) return NULL;
-  return view_cache_put(&self->views[V_GATHER], pad_bs, v);
+  return outputs_view(self, h, V_GATHER, po, aio, alo, pad_bs);
 }
 
 static PyObject* comm_gather_outputs(CommObject* self, PyObject* args, PyObject* kw) {
@@ -533,13 +561,7 @@ static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* x, 
                               (struct CUstream_st*)stream);
   gil_take(ts);
   if (r != dpsSuccess) return op_fail(self, r);
-  void* key[VIEW_CACHE_KEYS] = {out};
-  PyObject* v = view_cache_get(&self->views[V_LOGPROB], key, pad_bs);
-  if (v != NULL) return v;
-  int64_t s2[2] = {pad_bs, self->n};
-  v = make_tensor(h, out, self->device, dl_f32, 2, s2);
-  if (v == NULL) return NULL;
-  return view_cache_put(&self->views[V_LOGPROB], pad_bs, v);
+  return logprobs_view(self, h, V_LOGPROB, out, pad_bs);
 }
 
 static PyObject* comm_gather_logprobs(CommObject* self, PyObject* args, PyObject* kw) {
@@ -637,17 +659,22 @@ static PyObject* comm_select(CommObject* self, PyObject* args) {
  * whose device pointer goes into the params' array field. The scalars' ranges
  * are the library's to check (dpsInvalidArgument names the argument). */
 
-/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `rows`
+/* The length of a parameter tensor: one entry per row (sample: `n` rows of
+ * local_logits) or per request (verify_chain: n == pad_bs). */
+typedef enum { PER_ROW, PER_REQUEST } ParamsPer;
+
+/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `n`
  * long, contiguous, on the communicator's device. *is_alt says which dtype. */
 static int sample_array(PyObject* t, const char* name, PyObject* want, PyObject* alt,
-                        const char* want_names, int device, int64_t rows, const void** ptr,
-                        int* is_alt) {
+                        const char* want_names, int device, int64_t n, ParamsPer per,
+                        const void** ptr, int* is_alt) {
+  const char* dim = per == PER_ROW ? "rows" : "pad_bs";
   PyObject* dt = tensor_dtype(t, name);
   if (dt == NULL) return -1;
   const int ok = dt == want || (alt != NULL && dt == alt);
   if (!ok) {
-    PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [rows], got %R",
-                 name, want_names, dt);
+    PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [%s], got %R",
+                 name, want_names, dim, dt);
     Py_DECREF(dt);
     return -1;
   }
@@ -655,10 +682,15 @@ static int sample_array(PyObject* t, const char* name, PyObject* want, PyObject*
   Py_DECREF(dt);
   TArg a;
   if (tensor_arg(t, name, device, 1, 0, &a) != 0) return -1;
-  if (a.shape[0] != rows) {
-    PyErr_Format(PyExc_ValueError,
-                 "%s has shape [%lld] but local_logits has %lld rows (one value per row)", name,
-                 (long long)a.shape[0], (long long)rows);
+  if (a.shape[0] != n) {
+    if (per == PER_ROW)
+      PyErr_Format(PyExc_ValueError,
+                   "%s has shape [%lld] but local_logits has %lld rows (one value per row)", name,
+                   (long long)a.shape[0], (long long)n);
+    else
+      PyErr_Format(PyExc_ValueError,
+                   "%s has shape [%lld] but pad_bs=%lld (one value per request)", name,
+                   (long long)a.shape[0], (long long)n);
     return -1;
   }
   *ptr = a.ptr;
@@ -675,61 +707,68 @@ static int sample_float(PyObject* o, float* v) {
   return 1;
 }
 
-static PyObject* sample_body(CommObject* self, Handle* h, PyObject* const* o, long long limit) {
-  enum { X, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, TOKENS, LOGPROBS };
-  if (torch_load() != 0) return NULL;
-  dpsDataType_t code;
-  PyObject* dt = logits_dtype(o[X], &code);
-  if (dt == NULL) return NULL;
-  Py_DECREF(dt);
-  TArg a;
-  if (tensor_arg(o[X], "local_logits", self->device, 2, 0, &a) != 0) return NULL;
-  const int64_t rows = a.shape[0];
-  const int dev = self->device;
-  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+/* The sampling parameters of sample and verify_chain into *p:
+ * q = (temperature, top_k, top_p, min_p, seed, offset), each a Python number
+ * (the scalar) or a tensor of n entries (its device pointer). */
+static int sample_params(PyObject* const* q, int dev, int64_t n, ParamsPer per,
+                         dpsSampleParams_t* p) {
+  enum { TEMP, TOPK, TOPP, MINP, SEED, OFFSET };
   const void* arr;
   int alt, r;
   /* float parameters: a number -> the scalar, else a float32 tensor */
   static const char* const fnames[3] = {"temperature", "top_p", "min_p"};
   const int fidx[3] = {TEMP, TOPP, MINP};
-  float* fscalar[3] = {&p.temperature, &p.top_p, &p.min_p};
-  const float** farray[3] = {&p.temperatures, &p.top_ps, &p.min_ps};
+  float* fscalar[3] = {&p->temperature, &p->top_p, &p->min_p};
+  const float** farray[3] = {&p->temperatures, &p->top_ps, &p->min_ps};
   for (int i = 0; i < 3; ++i) {
-    if ((r = sample_float(o[fidx[i]], fscalar[i])) < 0) return NULL;
+    if ((r = sample_float(q[fidx[i]], fscalar[i])) < 0) return -1;
     if (r == 0) {
-      if (sample_array(o[fidx[i]], fnames[i], t_f32, NULL, "torch.float32", dev, rows, &arr,
+      if (sample_array(q[fidx[i]], fnames[i], t_f32, NULL, "torch.float32", dev, n, per, &arr,
                        NULL) != 0)
-        return NULL;
+        return -1;
       *farray[i] = (const float*)arr;
     }
   }
-  if (PyLong_Check(o[TOPK])) {
-    p.top_k = (int64_t)PyLong_AsLongLong(o[TOPK]);
-    if (p.top_k == -1 && PyErr_Occurred()) return NULL;
+  if (PyLong_Check(q[TOPK])) {
+    p->top_k = (int64_t)PyLong_AsLongLong(q[TOPK]);
+    if (p->top_k == -1 && PyErr_Occurred()) return -1;
   } else {
-    if (sample_array(o[TOPK], "top_k", t_i32, t_i64, "torch.int32 or torch.int64", dev, rows,
+    if (sample_array(q[TOPK], "top_k", t_i32, t_i64, "torch.int32 or torch.int64", dev, n, per,
                      &arr, &alt) != 0)
-      return NULL;
+      return -1;
     if (alt)
-      p.top_ks_i64 = (const int64_t*)arr;
+      p->top_ks_i64 = (const int64_t*)arr;
     else
-      p.top_ks = (const int32_t*)arr;
+      p->top_ks = (const int32_t*)arr;
   }
   /* seed, offset: uint64; a tensor is int64 and its bits are the values */
   static const char* const unames[2] = {"seed", "offset"};
-  uint64_t* uscalar[2] = {&p.seed, &p.offset};
-  const uint64_t** uarray[2] = {&p.seeds, &p.offsets};
+  uint64_t* uscalar[2] = {&p->seed, &p->offset};
+  const uint64_t** uarray[2] = {&p->seeds, &p->offsets};
   for (int i = 0; i < 2; ++i) {
-    PyObject* u = o[SEED + i];
+    PyObject* u = q[SEED + i];
     if (PyLong_Check(u)) {
       *uscalar[i] = (uint64_t)PyLong_AsUnsignedLongLong(u);
-      if (*uscalar[i] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+      if (*uscalar[i] == (uint64_t)-1 && PyErr_Occurred()) return -1;
     } else {
-      if (sample_array(u, unames[i], t_i64, NULL, "torch.int64", dev, rows, &arr, NULL) != 0)
-        return NULL;
+      if (sample_array(u, unames[i], t_i64, NULL, "torch.int64", dev, n, per, &arr, NULL) != 0)
+        return -1;
       *uarray[i] = (const uint64_t*)arr;
     }
   }
+  return 0;
+}
+
+static PyObject* sample_body(CommObject* self, Handle* h, PyObject* const* o, long long limit) {
+  enum { X, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, TOKENS, LOGPROBS };
+  if (torch_load() != 0) return NULL;
+  dpsDataType_t code;
+  TArg a;
+  if (logits_arg(self, o[X], &code, &a) != 0) return NULL;
+  const int64_t rows = a.shape[0];
+  const int dev = self->device;
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  if (sample_params(&o[TEMP], dev, rows, PER_ROW, &p) != 0) return NULL;
   void *pt, *pl;
   if (select_out(o[TOKENS], "out", t_i64, "torch.int64", dev, rows, -1, &pt) != 0 ||
       select_out(o[LOGPROBS], "out_logprobs", t_f32, "torch.float32", dev, rows, -1, &pl) != 0)
@@ -761,6 +800,104 @@ static PyObject* comm_sample(CommObject* self, PyObject* args) {
   Handle* h;
   if (comm_enter(self, "sample", &h) != 0) return NULL;
   PyObject* v = sample_body(self, h, o, limit);
+  comm_leave(self, h);
+  return v;
+}
+
+/* _verify_chain(local_logits, candidates, pad_bs, vocab_limit, temperature,
+ *               top_k, top_p, min_p, seed, offset, vocab_mask, softcap,
+ *               return_logprobs): dpsVerifyChain. The parameters are
+ * sample's, with tensors of pad_bs entries (one per request); verify_chain()
+ * has normalized them and checked softcap (0: off). Returns the views of the
+ * persistent outputs: (predict, accept_index, accept_length), plus logprobs
+ * when return_logprobs. */
+static PyObject* verify_body(CommObject* self, Handle* h, PyObject* const* o, long long limit,
+                             double softcap, int want_lp) {
+  enum { X, CAND, PAD, TEMP, TOPK, TOPP, MINP, SEED, OFFSET, MASK };
+  if (torch_load() != 0) return NULL;
+  int pad_bs;
+  if (pad_bs_arg(o[PAD], -1, &pad_bs) != 0) return NULL;
+  if (pad_bs > self->max_pad_bs) {
+    PyErr_Format(PyExc_ValueError, "pad_bs=%d must be in [1, max_pad_bs=%d]", pad_bs,
+                 self->max_pad_bs);
+    return NULL;
+  }
+  const int dev = self->device, n = self->n;
+  const int64_t rows = (int64_t)pad_bs * n;
+  dpsDataType_t code;
+  TArg a, c;
+  if (logits_arg(self, o[X], &code, &a) != 0) return NULL;
+  if (a.shape[0] != rows) {
+    PyErr_Format(PyExc_ValueError,
+                 "local_logits has %lld rows but pad_bs*num_tokens_per_req = %d*%d = %lld",
+                 (long long)a.shape[0], pad_bs, n, (long long)rows);
+    return NULL;
+  }
+  if (expect_dtype(o[CAND], "candidates", t_i32, "torch.int32") != 0 ||
+      tensor_arg(o[CAND], "candidates", dev, 2, 0, &c) != 0)
+    return NULL;
+  if (c.shape[0] != pad_bs || c.shape[1] != n) {
+    PyErr_Format(PyExc_ValueError,
+                 "candidates has shape [%lld, %lld] but must be [pad_bs, num_tokens_per_req] = "
+                 "[%d, %d]",
+                 (long long)c.shape[0], (long long)c.shape[1], pad_bs, n);
+    return NULL;
+  }
+  const int32_t* mask = NULL;
+  if (o[MASK] != Py_None) {
+    TArg m;
+    const int64_t words = (self->vocab + 31) / 32;
+    if (expect_dtype(o[MASK], "vocab_mask", t_i32, "torch.int32") != 0 ||
+        tensor_arg(o[MASK], "vocab_mask", dev, 2, 0, &m) != 0)
+      return NULL;
+    if (m.shape[0] != rows || m.shape[1] != words) {
+      PyErr_Format(PyExc_ValueError,
+                   "vocab_mask has shape [%lld, %lld] but must be [pad_bs*num_tokens_per_req, "
+                   "ceil(vocab_size/32)] = [%lld, %lld]",
+                   (long long)m.shape[0], (long long)m.shape[1], (long long)rows,
+                   (long long)words);
+      return NULL;
+    }
+    mask = (const int32_t*)m.ptr;
+  }
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  if (sample_params(&o[TEMP], dev, pad_bs, PER_REQUEST, &p) != 0) return NULL;
+  void* stream;
+  if (current_stream(dev, &stream) != 0) return NULL;
+  adapter_reset(self);
+  dpsComm_t comm = h->comm;
+  const int64_t vlimit = limit > 0 ? (int64_t)limit : self->vocab;
+  int32_t *po = NULL, *aio = NULL, *alo = NULL;
+  float* lpo = NULL;
+  dpsResult_t st;
+  PyThreadState* ts = op_gil_drop(self);
+  st = dpsVerifyChain(comm, a.ptr, a.shape[0], a.shape[1], code, vlimit, pad_bs,
+                      (const int32_t*)c.ptr, &p, mask, (float)softcap, &po, &aio, &alo,
+                      want_lp ? &lpo : NULL, (struct CUstream_st*)stream);
+  gil_take(ts);
+  if (st != dpsSuccess) return op_fail(self, st);
+  PyObject* t = outputs_view(self, h, V_VERIFY, po, aio, alo, pad_bs);
+  if (t == NULL || !want_lp) return t;
+  PyObject* l = logprobs_view(self, h, V_VERIFY_LP, lpo, pad_bs);
+  PyObject* v = l == NULL ? NULL
+                          : PyTuple_Pack(4, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1),
+                                         PyTuple_GET_ITEM(t, 2), l);
+  Py_DECREF(t);
+  Py_XDECREF(l);
+  return v;
+}
+
+static PyObject* comm_verify_chain(CommObject* self, PyObject* args) {
+  PyObject* o[10];
+  long long limit;
+  double softcap;
+  int want_lp;
+  if (!PyArg_ParseTuple(args, "OOOLOOOOOOOdp:_verify_chain", &o[0], &o[1], &o[2], &limit, &o[3],
+                        &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &softcap, &want_lp))
+    return NULL;
+  Handle* h;
+  if (comm_enter(self, "verify_chain", &h) != 0) return NULL;
+  PyObject* v = verify_body(self, h, o, limit, softcap, want_lp);
   comm_leave(self, h);
   return v;
 }
@@ -958,6 +1095,11 @@ static PyMethodDef comm_methods[] = {
      "_sample(local_logits, vocab_limit, temperature, top_k, top_p, min_p, seed, offset, "
      "tokens, logprobs): dpsSample into the given tensors (a parameter is a Python number for "
      "every row or a tensor [rows]; logprobs None: not wanted; vocab_limit <= 0: the vocab size)"},
+    {"_verify_chain", (PyCFunction)comm_verify_chain, METH_VARARGS,
+     "_verify_chain(local_logits, candidates, pad_bs, vocab_limit, temperature, top_k, top_p, "
+     "min_p, seed, offset, vocab_mask, softcap, return_logprobs): dpsVerifyChain (parameters as "
+     "_sample's, tensors of pad_bs entries; vocab_mask None: none; softcap 0: off) -> (predict, "
+     "accept_index, accept_length[, logprobs]), views of persistent outputs"},
     {"sample_stats", (PyCFunction)comm_sample_stats, METH_NOARGS,
      "sample_stats($self, /)\n--\n\n"
      "Rows sampled on this communicator by path, and invalid calls: a dict with rows_greedy, "

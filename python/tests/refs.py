@@ -289,3 +289,51 @@ def chisquare_test(counts, probs, min_expected=5.0):
     if dof < 1:
         return 1.0, outside
     return chi2_sf(stat, dof), outside
+
+
+# ---- the soft-cap (docs/sampling.md, "The soft-cap") ------------------------------
+
+
+def expm1_det(y):
+    """dpsExpm1Det (0 <= y < 44): fdlibm's reduction by ln2, a degree-13
+    Horner polynomial, bit for bit (each step one IEEE double operation)."""
+    ln2_hi = 6.93147180369123816490e-01
+    ln2_lo = 1.90821492927058770002e-10
+    k = int(y * 1.4426950408889634 + 0.5)
+    dk = float(k)
+    r = (y - dk * ln2_hi) - dk * ln2_lo
+    q = 1.6059043836821613e-10
+    for c in (2.08767569878681e-09, 2.505210838544172e-08, 2.7557319223985888e-07,
+              2.7557319223985893e-06, 2.4801587301587302e-05, 1.9841269841269841e-04,
+              1.3888888888888889e-03, 8.3333333333333332e-03, 4.1666666666666664e-02,
+              1.6666666666666666e-01, 0.5):
+        q = c + r * q
+    em = r + (r * r) * q
+    if k == 0:
+        return em
+    t = _from_bits((1023 + k) << 52)
+    return (t - 1.0) + t * em
+
+
+def tanh_det(x):
+    """dpsTanhDet: x below 2^-27, sign(x) E / (E + 2) with E = expm1(2|x|)
+    below 22, sign(x) beyond; bit for bit."""
+    if x != x:
+        return x
+    ax = abs(x)
+    if ax < 7.450580596923828125e-09:
+        return x
+    t = 1.0
+    if ax < 22.0:
+        e = expm1_det(2.0 * ax)
+        t = e / (e + 2.0)
+    return -t if _bits(x) >> 63 else t
+
+
+def softcap_ref(logit, cap):
+    """dpsSampleSoftCap: fp32(c * tanh(l / c)), the quotient and the product
+    in double, one rounding to fp32 at the end; NaN and +-inf unchanged.
+    `logit` and `cap` are fp32 values (as Python floats)."""
+    if logit != logit or logit in (math.inf, -math.inf):
+        return logit
+    return f32(cap * tanh_det(logit / cap))
