@@ -194,6 +194,14 @@ typedef struct DpRow {
   long long calls; /* calls made on this (case, backend): eager + warm-up + replays */
 } DpRow;
 
+/* Appends printf-style text to a note (out[0..len), NUL-terminated: note's
+ * phase 1 starts from an empty string); what does not fit is cut. */
+void dpNoteAppend(char* out, size_t len, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* The time (us per call) of a row already measured in this run: operation
  * `op` (its name) on c's shape and dtype and backend `be`; 0 when none. For
  * an operation that reports its time against another's (run it after). */

@@ -105,6 +105,15 @@ void dpSetLocal(DpLocal* l, int status, const char* fmt, ...) {
   l->status = status;
 }
 
+void dpNoteAppend(char* out, size_t len, const char* fmt, ...) {
+  const size_t n = strnlen(out, len);
+  if (n + 1 >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + n, len - n, fmt, ap);
+  va_end(ap);
+}
+
 void* dpHostAlloc(DpLocal* l, size_t bytes, int zero) {
   void* p = zero ? calloc(1, bytes) : malloc(bytes);
   if (p == NULL) dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", bytes);
