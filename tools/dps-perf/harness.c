@@ -762,10 +762,12 @@ static dpsResult_t runOp(const DpCase* c, dpsComm_t comm, Bufs* b, int tp, cudaS
   return c->op->run(c, comm, b->state, tp, s);
 }
 
-/* Copies `step`'s host inputs to the device (sync). */
-static int fillInputs(const DpCase* c, Bufs* b, const HostIn* h, int tp, int step, cudaStream_t s,
-                      DpLocal* l) {
+/* Copies `step`'s host inputs to the device, then lets the operation derive
+ * the rest with the library (prepare), and synchronizes. */
+static int fillInputs(const DpCase* c, dpsComm_t comm, Bufs* b, const HostIn* h, int tp, int step,
+                      cudaStream_t s, DpLocal* l) {
   if (c->op->fill(c, b->state, h->state, tp, step, s, l)) goto fail;
+  if (c->op->prepare && c->op->prepare(c, comm, b->state, tp, step, s, l)) goto fail;
   DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
   return 0;
 fail:
@@ -857,7 +859,7 @@ static void runCase(int rank, int tp, const DpCase* c, const HostIn* h, dpsBacke
   /* Phase A: step-1 inputs, eager call + warm-up. */
   if (allocBufs(c, &b, tp, &l)) goto a_done;
   if (c->op->note && c->op->note(c, comm, b.state, tp, 0, NULL, NULL, 0, &l)) goto a_done;
-  if (fillInputs(c, &b, h, tp, 1, s, &l)) goto a_done;
+  if (fillInputs(c, comm, &b, h, tp, 1, s, &l)) goto a_done;
   for (int i = 0; i < 1 + g_opt.warmup; ++i) DP_TRY_DPS(&l, runOp(c, comm, &b, tp, s), a_done);
   DP_TRY_CUDA(&l, cudaStreamSynchronize(s), a_done);
 a_done:
@@ -867,7 +869,7 @@ a_done:
   /* Phase B: check step 1, then step-2 inputs and capture (nothing runs). */
   wrong = checkOutputs(c, &b, rank, tp, 1, s, &l);
   if (l.status != DP_OK) goto b_done;
-  if (fillInputs(c, &b, h, tp, 2, s, &l)) goto b_done;
+  if (fillInputs(c, comm, &b, h, tp, 2, s, &l)) goto b_done;
   DP_TRY_CUDA(&l, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), b_done);
   for (int i = 0; i < g_opt.iters; ++i) {
     dpsResult_t r = runOp(c, comm, &b, tp, s);
