@@ -223,6 +223,10 @@ extern const int dpNumOps;
 #define DP_SAMPLE_OPS 11
 extern const DpOp dpOpSample[DP_SAMPLE_OPS];
 
+/* op_verify.c: the family -o verify (dpsVerifyChain's cases and their references). */
+#define DP_VERIFY_OPS 7
+extern const DpOp dpOpVerify[DP_VERIFY_OPS];
+
 /* ---- peak.cu ------------------------------------------------------------------ */
 /* Stores int4 values over [dst, dst+bytes) (bytes a multiple of 16) with a
  * grid-stride loop: with dst a peer's buffer (cudaIpcOpenMemHandle) this is a

@@ -158,6 +158,7 @@ static void usage(FILE* f) {
   fprintf(f,
           "all (default all);\n"
           "                      sample: every sample_* (dpsSample's cases, op_sample.c)\n"
+          "                      verify: every verify_* (dpsVerifyChain's cases, op_verify.c)\n"
           "  -s, --shapes L      comma list; PxNxV items are swap shapes (pad_bs x N x vocab),\n"
           "                      and the PxN of every item is a gather/logprobs shape\n"
           "  -d, --dtype L       swap logits dtype(s): bf16,fp16,fp32 (default bf16, plus fp32 for\n"
@@ -795,7 +796,8 @@ static void printTableHeader(void) {
     printf("#\n# bytes: what each rank sends across the link per call ((tp-1)/tp of its input);"
            " algbw = bytes / time; link = algbw / peer store peak\n# argmax, topk: bytes = the"
            " local pass's HBM reads of the shard; link = algbw / HBM read peak\n# sample_*: the same"
-           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n#\n");
+           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n# verify_*: the same"
+           " (rows = pad_bs*N); the note after #wrong: op_verify.c\n#\n");
     printf("# %*s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", opWidth(), "op", "backend",
            "pad_bs", "N", "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
   }
