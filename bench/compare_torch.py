@@ -488,7 +488,7 @@ def _apply_top_k_top_p(torch, logits, k, p):
 
 def _torch_sample(torch, x, temp, k, p, min_p, want_lp, multinomial):
     """The vLLM V1 sampler on the full rows x (no per-request generators)."""
-    logits = x.to(torch.float32)
+    logits = x.to(torch.float32, copy=True)  # fp32 rows too: the steps below work in place
     lp = logits.log_softmax(dim=-1) if want_lp else None  # raw logprobs, before processing
     logits = logits.div_(temp.unsqueeze(1))
     if min_p is not None:
