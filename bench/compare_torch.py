@@ -37,6 +37,24 @@ warm-up (the slowest rank counts):
   p (top-p 0.9, T 0.7), p_flat (the same on all-equal rows), minp (min-p 0.1,
   T 0.7); speedup = torch / dpsampling. The draws are random, so the check is
   by rule, not by value (see check_sample).
+  verify (pad_bs x N x V, rows = pad_bs*N, every rank holds the [rows, V/tp]
+  shard; per-request parameters as 1-D CUDA tensors [pad_bs]; rows as sample's;
+  drafts from dpsampling's own draws, half the chains fully matched):
+    torch      the upstream path: DpSamplingComm.swap_batch_vocab (the first of
+               --backends' communicators) -> the torch chain verify on the
+               full rows of this rank's requests -> gather_verify_outputs
+               (+ gather_verify_logprobs for _lp); the torch chain verify:
+               greedy torch.argmax, else the vLLM V1 sampler above per row
+               (exponential race), then the walk vectorized on the device
+               (no host sync)
+    local      the torch chain verify alone on the full rows (no swap, no
+               gather: the floor of that path, what tp = 1 needs)
+    nccl, onesided  DpSamplingComm.verify_chain on the shard
+  cases: greedy (T 0), t (T 0.7), kp (top-k 50 + top-p 0.9, T 0.7), kp_lp
+  (+ logprobs); speedup = torch / dpsampling. dpsampling's outputs must equal
+  the host walk over DpSamplingComm.sample's tokens of the same rows (request
+  b's parameters, offset[b] + j at position j); every path's outputs must be a
+  valid chain (see check_chain), greedy ones exactly the argmax's.
 
 Every result is checked: after the eager warm-up (step 1 inputs) and after the
 graph replays (step 2 inputs written into the captured input buffers), the
@@ -64,6 +82,7 @@ DEFAULT_SWAP = "8x1x64:bf16,8x1x64:fp32,64x1x152064,64x4x152064,256x4x152064,512
 DEFAULT_GATHER = "8x1,64x1,256x1,512x1,8x4,64x4,256x4,512x4,8x8,64x8,256x8,512x8"
 DEFAULT_SELECT = "8x64640,64x76032,256x76032,1024x76032"
 DEFAULT_SAMPLE = "8x129280,64x129280,1024x129280,8x152064,64x152064,1024x152064"
+DEFAULT_VERIFY = "8x4x152064,64x4x152064,256x4x152064"
 TOPK_K = 64
 
 # name: (temperature, top_k, top_p, min_p, flat rows, logprobs)
@@ -77,12 +96,20 @@ SAMPLE_CASES = {
     "minp": (0.7, None, None, 0.1, False, False),
 }
 
+# name: (temperature, top_k, top_p, logprobs)
+VERIFY_CASES = {
+    "greedy": (0.0, None, None, False),
+    "t": (0.7, None, None, False),
+    "kp": (0.7, 50, 0.9, False),
+    "kp_lp": (0.7, 50, 0.9, True),
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=0, help="ranks / GPUs (default: all visible GPUs)")
     p.add_argument("--ops", default="swap,gather,logprobs",
-                   help="comma list of swap,gather,logprobs,argmax,topk,sample")
+                   help="comma list of swap,gather,logprobs,argmax,topk,sample,verify")
     p.add_argument("--backends", default="nccl,onesided", help="dpsampling backends to time")
     p.add_argument("--swap-shapes", default=DEFAULT_SWAP, help="PADxNxV[:dtype] comma list (dtype default --dtype)")
     p.add_argument("--gather-shapes", default=DEFAULT_GATHER, help="PADxN comma list")
@@ -90,6 +117,10 @@ def parse_args(argv=None):
     p.add_argument("--sample-shapes", default=DEFAULT_SAMPLE, help="ROWSxV comma list (sample)")
     p.add_argument("--sample-cases", default=",".join(SAMPLE_CASES),
                    help="comma list of " + ",".join(SAMPLE_CASES))
+    p.add_argument("--verify-shapes", default=DEFAULT_VERIFY,
+                   help="PADxNxV[:dtype] comma list (verify; dtype default bf16)")
+    p.add_argument("--verify-cases", default="greedy,kp",
+                   help="comma list of " + ",".join(VERIFY_CASES))
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--warmup", type=int, default=5, help="eager calls before capture")
     p.add_argument("--iters", type=int, default=20, help="calls captured into one graph")
@@ -100,7 +131,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def parse_swap_shapes(text, default_dtype):
+def parse_swap_shapes(text, default_dtype, what="swap"):
     out = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         dt = default_dtype
@@ -108,7 +139,7 @@ def parse_swap_shapes(text, default_dtype):
             item, dt = item.split(":", 1)
         dims = [int(x) for x in item.lower().split("x")]
         if len(dims) != 3 or min(dims) < 1 or dt not in ("bf16", "fp16", "fp32"):
-            raise SystemExit(f"compare_torch.py: bad swap shape {item!r} (want PADxNxV[:bf16|fp16|fp32])")
+            raise SystemExit(f"compare_torch.py: bad {what} shape {item!r} (want PADxNxV[:bf16|fp16|fp32])")
         out.append((dims[0], dims[1], dims[2], dt))
     return out
 
@@ -488,7 +519,7 @@ def _apply_top_k_top_p(torch, logits, k, p):
 
 def _torch_sample(torch, x, temp, k, p, min_p, want_lp, multinomial):
     """The vLLM V1 sampler on the full rows x (no per-request generators)."""
-    logits = x.to(torch.float32)
+    logits = x.to(torch.float32, copy=True)  # fp32 rows too: the steps below work in place
     lp = logits.log_softmax(dim=-1) if want_lp else None  # raw logprobs, before processing
     logits = logits.div_(temp.unsqueeze(1))
     if min_p is not None:
@@ -531,17 +562,24 @@ def check_sample(torch, x_f, spec, toks, lps=None, dps=False):
     return int(bad.sum().item())
 
 
-def sample_comms(ctx, shape):
-    """One DpSamplingComm per backend for the cases of one shape."""
-    rows, vocab = shape
+def shape_comms(ctx, max_pad_bs, n, vocab, dtype, method):
+    """One DpSamplingComm per backend for the cases of one shape; `method`
+    must exist on it."""
     comms = {}
     for b in ctx.backends:
         comms[b] = ctx.dps.DpSamplingComm(tp_size=ctx.world, rank=ctx.rank, group=tuple(range(ctx.world)),
-                                          max_pad_bs=rows, num_tokens_per_req=1, vocab_size=vocab,
-                                          logits_dtype=ctx.torch.bfloat16, backend=b)
-        if not hasattr(comms[b], "sample"):
-            raise SystemExit("compare_torch.py: this dpsampling has no DpSamplingComm.sample")
+                                          max_pad_bs=max_pad_bs, num_tokens_per_req=n, vocab_size=vocab,
+                                          logits_dtype=dtype, backend=b)
+        if not hasattr(comms[b], method):
+            raise SystemExit(f"compare_torch.py: this dpsampling has no DpSamplingComm.{method}")
     return comms
+
+
+def destroy_comms(comms):
+    for c in comms.values():
+        _destroy(c)
+    comms.clear()
+    gc.collect()
 
 
 def run_sample(ctx, shape, case, rows_out, comms):
@@ -630,6 +668,202 @@ def print_sample_row(row, backends):
     sys.stdout.flush()
 
 
+def _torch_chain(torch, tok, cand, n, first_req, lp=None):
+    """The chain walk of docs/sampling.md on the device, vectorized (no host
+    sync): tok int64 [reqs*n] (the token of every row), cand int32 [reqs, n],
+    requests first_req.. -> (predict, accept_index int32 [reqs, n],
+    accept_length int32 [reqs][, logprobs fp32 [reqs, n]])."""
+    t = tok.view(-1, n)
+    reqs, dev = t.shape[0], t.device
+    # draft i (1..n-1) is accepted while it equals the token of position i-1
+    run = (cand[:, 1:].long() == t[:, :-1]).int().cumprod(dim=1)
+    acc = run.sum(dim=1)  # [reqs]: the accepted drafts
+    pos = torch.arange(n, device=dev)
+    keep = pos[None, :] <= acc[:, None]  # positions 0..acc: the accepted tokens and the bonus
+    idx = (torch.arange(reqs, device=dev) + first_req)[:, None] * n + pos[None, :]
+    predict = torch.where(keep, t, torch.zeros_like(t)).int()
+    accept_index = torch.where(keep, idx, torch.full_like(idx, -1)).int()
+    out = (predict, accept_index, (acc + 1).int())
+    if lp is not None:
+        lpv = lp.view(-1, n)
+        out += (torch.where(keep, lpv, torch.zeros_like(lpv)),)
+    return out
+
+
+def _torch_verify(torch, x, cand, n, first_req, spec, temp_r, k_r, p_r):
+    """The torch chain verify on the full rows x [reqs*n, V] of requests
+    first_req..: every row's token (greedy: argmax; else the vLLM V1 sampler,
+    exponential race), then the walk."""
+    temp, _, _, want_lp = spec
+    if temp == 0.0:
+        tok = torch.argmax(x, dim=-1)
+        lp = x.float().log_softmax(dim=-1).gather(1, tok[:, None])[:, 0] if want_lp else None
+    else:
+        out = _torch_sample(torch, x, temp_r, k_r, p_r, None, want_lp, False)
+        tok, lp = out if want_lp else (out, None)
+    return _torch_chain(torch, tok, cand, n, first_req, lp)
+
+
+def _host_walk(torch, t, cand, pad_bs, n, dev):
+    """The walk again, a plain loop on the host (the reference of the exact checks)."""
+    t, c = t.view(-1).tolist(), cand.view(-1).tolist()
+    pred, ai, al = [0] * (pad_bs * n), [-1] * (pad_bs * n), [0] * pad_bs
+    for b in range(pad_bs):
+        base, acc = b * n, 0
+        ai[base] = base
+        for i in range(1, n):
+            if c[base + i] != t[base + i - 1]:
+                break
+            pred[base + i - 1], ai[base + i], acc = t[base + i - 1], base + i, i
+        pred[base + acc], al[b] = t[base + acc], acc + 1
+    return tuple(torch.tensor(v, dtype=torch.int32, device=dev) for v in (pred, ai, al))
+
+
+def check_chain(torch, x_f, spec, cand, out, n):
+    """Requests whose outputs are not a valid chain: accept_length outside
+    [1, N]; accept_index not b*N + j up to the bonus and -1 after; predict not 0
+    after it; a draft up to the bonus that differs from the token before it,
+    or the draft after the bonus equal to it; a token outside [0, V), below
+    the row's k-th value (top-k), or (greedy) not the row's maximum; logprobs
+    (when given) off the fp32 log_softmax by more than 1e-3 max(1, |want|) up
+    to the bonus, not 0 after it."""
+    temp, k, _, _ = spec
+    P = out[0].reshape(-1, n).long()
+    A = out[1].reshape(-1, n).long()
+    L = out[2].reshape(-1).long()
+    reqs, V, dev = P.shape[0], x_f.shape[1], P.device
+    pos = torch.arange(n, device=dev)
+    acc = (L - 1).clamp(0, n - 1)
+    keep = pos[None, :] <= acc[:, None]
+    idx = torch.arange(reqs, device=dev)[:, None] * n + pos[None, :]
+    bad = (L < 1) | (L > n)
+    bad |= (A != torch.where(keep, idx, torch.full_like(idx, -1))).any(dim=1)
+    bad |= ((P != 0) & ~keep).any(dim=1)
+    tok_bad = (P < 0) | (P >= V)
+    val = x_f.gather(1, P.clamp(0, V - 1).view(-1, 1)).view(reqs, n)  # row b*n + j at P[b, j]
+    if k is not None and temp > 0:
+        tok_bad |= val < torch.topk(x_f, k, dim=-1).values[:, -1].view(reqs, n)
+    if temp == 0.0:
+        tok_bad |= val != x_f.amax(dim=-1).view(reqs, n)
+    bad |= (keep & tok_bad).any(dim=1)
+    if n > 1:
+        match = cand.reshape(-1, n)[:, 1:].long() == P[:, :-1]  # draft i against predict i-1
+        bad |= (~match & (pos[None, 1:] <= acc[:, None])).any(dim=1)
+        after = match.gather(1, acc.clamp(max=n - 2)[:, None])[:, 0]  # draft acc+1
+        bad |= (acc < n - 1) & after
+    if len(out) > 3:
+        lps = out[3].reshape(-1, n).float()
+        want = (val - x_f.logsumexp(dim=-1).view(reqs, n)).where(keep, torch.zeros_like(val))
+        bad |= ~((lps - want).abs() <= 1e-3 * want.abs().clamp(min=1.0)).all(dim=1)
+    return int(bad.sum().item())
+
+
+def run_verify(ctx, shape, case, rows_out, comms):
+    """One verify case on pad_bs x N x V: DpSamplingComm.verify_chain on the
+    shard vs the upstream path (swap -> torch chain verify -> gather) and the
+    torch chain verify alone."""
+    torch = ctx.torch
+    pad_bs, n, vocab, dt = shape
+    tp, rank, dev = ctx.world, ctx.rank, ctx.device
+    vl, rows, reqs = vocab // tp, pad_bs * n, pad_bs // tp
+    spec = VERIFY_CASES[case]
+    temp_v, k_v, p_v, want_lp = spec
+    x_full = _sample_logits(ctx, rows, vocab, False).to(_torch_dtype(torch, dt))
+    shard = x_full[:, rank * vl:(rank + 1) * vl].contiguous()
+    x_f = x_full.float()
+    # per request (the verify's) and per row (request b's at rows b*n..b*n+n-1)
+    temp = torch.full((pad_bs,), temp_v, dtype=torch.float32, device=dev)
+    k = torch.full((pad_bs,), k_v, dtype=torch.int32, device=dev) if k_v is not None else None
+    p = torch.full((pad_bs,), p_v, dtype=torch.float32, device=dev) if p_v is not None else None
+    seed = torch.arange(pad_bs, dtype=torch.int64, device=dev)
+    offset = torch.arange(pad_bs, dtype=torch.int64, device=dev) + 1000
+    temp_r, k_r, p_r, seed_r = (None if v is None else v.repeat_interleave(n) for v in (temp, k, p, seed))
+    offset_r = offset.repeat_interleave(n) + torch.arange(n, device=dev).repeat(pad_bs)
+
+    # dpsampling's own draws of the rows (its verify must walk exactly these),
+    # and the drafts: half the requests match all of them, the others up to a
+    # cut (a wrong token there, matches after it that must not count)
+    first = comms[ctx.backends[0]]
+    t = first.sample(shard, temperature=temp_r, seed=seed_r, offset=offset_r, top_k=k_r, top_p=p_r).clone()
+    t2 = t.view(pad_bs, n)
+    q = torch.arange(pad_bs, device=dev)
+    cut = torch.where(q % 2 == 0, torch.full_like(q, n), 1 + (q // 2) % max(n - 1, 1))
+    cand = torch.empty(pad_bs, n, dtype=torch.int32, device=dev)
+    cand[:, 0] = t2[:, 0].int()
+    if n > 1:
+        prev = t2[:, :-1]
+        drafts = torch.where(torch.arange(1, n, device=dev)[None, :] == cut[:, None], (prev + 1) % vocab, prev)
+        cand[:, 1:] = drafts.int()
+    want = _host_walk(torch, t, cand, pad_bs, n, dev)
+    wrong_t = 0
+    if temp_v == 0.0:  # greedy: dpsampling's tokens are the argmax (torch's: the first maximum)
+        wrong_t = int((t != torch.argmax(x_f, dim=-1)).sum().item())
+
+    mine = slice(rank * reqs * n, (rank + 1) * reqs * n)
+    cand_l, x_l = cand[rank * reqs:(rank + 1) * reqs].contiguous(), x_full[mine]
+    loc_r = [None if v is None else v[mine].contiguous() for v in (temp_r, k_r, p_r)]
+    swap_comm = first
+    res = {}
+
+    def upstream():
+        full_rows = swap_comm.swap_batch_vocab(shard, pad_bs=pad_bs)
+        o = _torch_verify(torch, full_rows, cand_l, n, rank * reqs, spec, *loc_r)
+        g = tuple(swap_comm.gather_verify_outputs(o[0], o[1], o[2], pad_bs=pad_bs))
+        return g + (swap_comm.gather_verify_logprobs(o[3], pad_bs=pad_bs),) if want_lp else g
+
+    def timed(name, fn, exact):
+        eager, replay, graph = _time_graph(ctx, fn)
+        us, gout = replay()
+        wrong = 0
+        for o in (eager, gout):
+            o = o if isinstance(o, tuple) else tuple(o)
+            if name == "local":  # this rank's requests only, numbered from rank * reqs
+                ref_x, ref_c = x_f[mine], cand_l
+                o = (o[0], o[1] - rank * reqs * n * (o[1] >= 0)) + tuple(o[2:])
+            else:
+                ref_x, ref_c = x_f, cand
+            wrong += check_chain(torch, ref_x, spec, ref_c, o, n)
+            if exact:
+                wrong += _count_wrong(torch, tuple(v.reshape(-1) for v in o[:3]), want)
+        res[name] = (us, _sum_over_ranks(ctx, wrong))
+        del graph
+
+    greedy = temp_v == 0.0
+    timed("torch", upstream, greedy)
+    timed("local", lambda: _torch_verify(torch, x_l, cand_l, n, rank * reqs, spec, *loc_r), False)
+    for b in ctx.backends:
+        def dps(c=comms[b]):
+            return c.verify_chain(shard, cand, pad_bs=pad_bs, temperature=temp, seed=seed, offset=offset,
+                                  top_k=k, top_p=p, return_logprobs=want_lp)
+
+        timed(b, dps, True)
+    res["dps_tokens"] = (0.0, _sum_over_ranks(ctx, wrong_t))
+    gc.collect()
+    rows_out.append(("verify", f"{pad_bs}x{n}x{vocab}", case, rows * vl * x_full.element_size(), res))
+
+
+_verify_header_printed = [False]
+
+
+def print_verify_row(row, backends):
+    _, shape, case, nbytes, res = row
+    if not _verify_header_printed[0]:
+        cols = "".join(f" {b + '(us)':>14} {'x' + b:>10}" for b in backends)
+        print(f"# {'verify':>8} {'shape':>14} {'case':>6} {'torch(us)':>10} {'local(us)':>10}{cols} {'#wrong':>7}"
+              f"   (torch: swap + torch verify + gather; local: torch verify alone; x: speedup = torch / dpsampling)")
+        _verify_header_printed[0] = True
+    t = res["torch"][0]
+    cols = ""
+    for b in backends:
+        us = res[b][0]
+        cols += f" {us:14.2f} {t / us:10.2f}"
+    wrong = sum(w for _, w in res.values())
+    print(f"  {'verify':>8} {shape:>14} {case:>6} {t:10.2f} {res['local'][0]:10.2f}{cols} {wrong:7d}")
+    if wrong:
+        print("#   ^ WRONG: " + ", ".join(f"{k}: {w}" for k, (_, w) in res.items() if w))
+    sys.stdout.flush()
+
+
 def worker_body(rank, world, args, init_method):
     import torch
     import torch.distributed as dist
@@ -706,15 +940,25 @@ def worker_body(rank, world, args, init_method):
             s = tuple(int(v) for v in t.lower().split("x"))
             if s[1] % world:
                 continue
-            comms = sample_comms(ctx, s)
+            comms = shape_comms(ctx, s[0], 1, s[1], torch.bfloat16, "sample")
             for case in cases:
                 run_sample(ctx, s, case, rows, comms)
                 if rank == 0:
                     print_sample_row(rows[-1], ctx.backends)
-            for c in comms.values():
-                _destroy(c)
+            destroy_comms(comms)
             del comms
-            gc.collect()
+    if "verify" in ops:
+        cases = [c for c in args.verify_cases.split(",") if c]
+        for s in parse_swap_shapes(args.verify_shapes, "bf16", "verify"):
+            if s[0] % world or s[2] % world:
+                continue
+            comms = shape_comms(ctx, s[0], s[1], s[2], _torch_dtype(torch, s[3]), "verify_chain")
+            for case in cases:
+                run_verify(ctx, s, case, rows, comms)
+                if rank == 0:
+                    print_verify_row(rows[-1], ctx.backends)
+            destroy_comms(comms)
+            del comms
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()
@@ -806,13 +1050,17 @@ def main():
         if b and b not in ("nccl", "onesided"):
             raise SystemExit(f"compare_torch.py: unknown backend {b!r}")
     for o in args.ops.split(","):
-        if o and o not in ("swap", "gather", "logprobs", "argmax", "topk", "sample"):
+        if o and o not in ("swap", "gather", "logprobs", "argmax", "topk", "sample", "verify"):
             raise SystemExit(f"compare_torch.py: unknown op {o!r}")
     parse_swap_shapes(args.swap_shapes, args.dtype)
     parse_gather_shapes(args.gather_shapes)
     for c in args.sample_cases.split(","):
         if c and c not in SAMPLE_CASES:
             raise SystemExit(f"compare_torch.py: unknown sample case {c!r} (want {','.join(SAMPLE_CASES)})")
+    parse_swap_shapes(args.verify_shapes, "bf16", "verify")
+    for c in args.verify_cases.split(","):
+        if c and c not in VERIFY_CASES:
+            raise SystemExit(f"compare_torch.py: unknown verify case {c!r} (want {','.join(VERIFY_CASES)})")
 
     try:
         import torch

@@ -27,7 +27,7 @@
  * list, the help and the header line come from that table). An -o item
  * selects every operation whose name or alias it is (op_sample.c's family
  * shares the alias "sample"). Every callback
- * is required but `note`; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
+ * is required but `note` and `prepare`; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
  * dpAddTokenCases and dpValidTokens (gather and logprobs do). If its shapes
  * read -s/-d differently from the existing operations, say so in usage()
  * (harness.c). op_logprobs.c is the smallest example.
@@ -48,13 +48,14 @@
  *   setup         device buffers (and host room for check); setup sets *bufs
  *                 as soon as it has allocated it, so that teardown frees
  *                 what is there when setup fails part-way;
- *   fill(step 1)  copy step 1's inputs to the device (the harness then
- *                 synchronizes the stream);
+ *   fill(step 1)  copy step 1's inputs to the device, then prepare(step 1)
+ *                 when the operation has one (the harness then synchronizes
+ *                 the stream);
  *   run           1 + warmup eager calls;
  *   check(step 1) copy the outputs back, return the number of wrong elements
  *                 (skipped with --no-check);
- *   fill(step 2), run x iters under stream capture, graph replays (timed),
- *   check(step 2);
+ *   fill(step 2) (and prepare), run x iters under stream capture, graph
+ *   replays (timed), check(step 2);
  *   teardown;
  *   host_free     after the last backend.
  * host_free runs only after a host_init that returned 0, teardown only when
@@ -184,6 +185,13 @@ typedef struct DpOp {
    * on failure (recorded in *l). May synchronize: nothing is timed then. */
   long long (*note)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, int phase,
                     const struct DpRow* row, char* out, size_t len, DpLocal* l);
+  /* Optional (NULL: none). Called on every rank right after fill(step), with
+   * the communicator: for inputs that an operation derives with the library
+   * itself (op_verify.c: the drafts, from dpsSample's tokens of the same
+   * rows). May synchronize and call collectives (every rank calls it at the
+   * same point); nothing is timed then. Nonzero on failure (recorded in *l). */
+  int (*prepare)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, int step, cudaStream_t s,
+                 DpLocal* l);
 } DpOp;
 
 /* What the harness knows of a row when it calls note(phase 1). */
@@ -193,6 +201,14 @@ typedef struct DpRow {
   double hbm_peak; /* GB/s of local reads measured in this run, 0 = unknown */
   long long calls; /* calls made on this (case, backend): eager + warm-up + replays */
 } DpRow;
+
+/* Appends printf-style text to a note (out[0..len), NUL-terminated: note's
+ * phase 1 starts from an empty string); what does not fit is cut. */
+void dpNoteAppend(char* out, size_t len, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* The time (us per call) of a row already measured in this run: operation
  * `op` (its name) on c's shape and dtype and backend `be`; 0 when none. For
@@ -206,6 +222,10 @@ extern const int dpNumOps;
 /* op_sample.c: the family -o sample (dpsSample's cases and their references). */
 #define DP_SAMPLE_OPS 11
 extern const DpOp dpOpSample[DP_SAMPLE_OPS];
+
+/* op_verify.c: the family -o verify (dpsVerifyChain's cases and their references). */
+#define DP_VERIFY_OPS 7
+extern const DpOp dpOpVerify[DP_VERIFY_OPS];
 
 /* ---- peak.cu ------------------------------------------------------------------ */
 /* Stores int4 values over [dst, dst+bytes) (bytes a multiple of 16) with a

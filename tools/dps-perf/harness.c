@@ -105,6 +105,15 @@ void dpSetLocal(DpLocal* l, int status, const char* fmt, ...) {
   l->status = status;
 }
 
+void dpNoteAppend(char* out, size_t len, const char* fmt, ...) {
+  const size_t n = strnlen(out, len);
+  if (n + 1 >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + n, len - n, fmt, ap);
+  va_end(ap);
+}
+
 void* dpHostAlloc(DpLocal* l, size_t bytes, int zero) {
   void* p = zero ? calloc(1, bytes) : malloc(bytes);
   if (p == NULL) dpSetLocal(l, DP_ERR, "out of host memory (%zu bytes)", bytes);
@@ -149,6 +158,7 @@ static void usage(FILE* f) {
   fprintf(f,
           "all (default all);\n"
           "                      sample: every sample_* (dpsSample's cases, op_sample.c)\n"
+          "                      verify: every verify_* (dpsVerifyChain's cases, op_verify.c)\n"
           "  -s, --shapes L      comma list; PxNxV items are swap shapes (pad_bs x N x vocab),\n"
           "                      and the PxN of every item is a gather/logprobs shape\n"
           "  -d, --dtype L       swap logits dtype(s): bf16,fp16,fp32 (default bf16, plus fp32 for\n"
@@ -753,10 +763,12 @@ static dpsResult_t runOp(const DpCase* c, dpsComm_t comm, Bufs* b, int tp, cudaS
   return c->op->run(c, comm, b->state, tp, s);
 }
 
-/* Copies `step`'s host inputs to the device (sync). */
-static int fillInputs(const DpCase* c, Bufs* b, const HostIn* h, int tp, int step, cudaStream_t s,
-                      DpLocal* l) {
+/* Copies `step`'s host inputs to the device, then lets the operation derive
+ * the rest with the library (prepare), and synchronizes. */
+static int fillInputs(const DpCase* c, dpsComm_t comm, Bufs* b, const HostIn* h, int tp, int step,
+                      cudaStream_t s, DpLocal* l) {
   if (c->op->fill(c, b->state, h->state, tp, step, s, l)) goto fail;
+  if (c->op->prepare && c->op->prepare(c, comm, b->state, tp, step, s, l)) goto fail;
   DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
   return 0;
 fail:
@@ -784,7 +796,8 @@ static void printTableHeader(void) {
     printf("#\n# bytes: what each rank sends across the link per call ((tp-1)/tp of its input);"
            " algbw = bytes / time; link = algbw / peer store peak\n# argmax, topk: bytes = the"
            " local pass's HBM reads of the shard; link = algbw / HBM read peak\n# sample_*: the same"
-           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n#\n");
+           " (bytes = the shard's logits); the note after #wrong: op_sample.c\n# verify_*: the same"
+           " (rows = pad_bs*N); the note after #wrong: op_verify.c\n#\n");
     printf("# %*s %9s %7s %3s %7s %6s %12s %10s %12s %7s %7s\n", opWidth(), "op", "backend",
            "pad_bs", "N", "vocab", "dtype", "bytes", "time(us)", "algbw(GB/s)", "link", "#wrong");
   }
@@ -848,7 +861,7 @@ static void runCase(int rank, int tp, const DpCase* c, const HostIn* h, dpsBacke
   /* Phase A: step-1 inputs, eager call + warm-up. */
   if (allocBufs(c, &b, tp, &l)) goto a_done;
   if (c->op->note && c->op->note(c, comm, b.state, tp, 0, NULL, NULL, 0, &l)) goto a_done;
-  if (fillInputs(c, &b, h, tp, 1, s, &l)) goto a_done;
+  if (fillInputs(c, comm, &b, h, tp, 1, s, &l)) goto a_done;
   for (int i = 0; i < 1 + g_opt.warmup; ++i) DP_TRY_DPS(&l, runOp(c, comm, &b, tp, s), a_done);
   DP_TRY_CUDA(&l, cudaStreamSynchronize(s), a_done);
 a_done:
@@ -858,7 +871,7 @@ a_done:
   /* Phase B: check step 1, then step-2 inputs and capture (nothing runs). */
   wrong = checkOutputs(c, &b, rank, tp, 1, s, &l);
   if (l.status != DP_OK) goto b_done;
-  if (fillInputs(c, &b, h, tp, 2, s, &l)) goto b_done;
+  if (fillInputs(c, comm, &b, h, tp, 2, s, &l)) goto b_done;
   DP_TRY_CUDA(&l, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), b_done);
   for (int i = 0; i < g_opt.iters; ++i) {
     dpsResult_t r = runOp(c, comm, &b, tp, s);

@@ -522,25 +522,21 @@ static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phas
     b->have_base = sampling && dpsCommGetSampleStats(comm, &b->base) == dpsSuccess;
     return 0;
   }
-  size_t n = 0;
-#define SMP_PUT(...)                                                          \
-  do {                                                                        \
-    if (n < len) {                                                            \
-      const int w_ = snprintf(out + n, len - n, __VA_ARGS__);                 \
-      if (w_ > 0) n += (size_t)w_;                                            \
-    }                                                                         \
-  } while (0)
   out[0] = 0;
   if (row->hbm_peak > 0 && row->us > 0)
-    SMP_PUT("read x%.2f", row->us / ((double)bytes(c, tp) / (row->hbm_peak * 1e3)));
+    dpNoteAppend(out, len, "read x%.2f",
+                 row->us / ((double)bytes(c, tp) / (row->hbm_peak * 1e3)));
   const double am = dpRowTime("sample_argmax", c, row->backend);
-  if (b->v->kind != KIND_ARGMAX && am > 0) SMP_PUT(" | argmax x%.2f", row->us / am);
+  if (b->v->kind != KIND_ARGMAX && am > 0)
+    dpNoteAppend(out, len, " | argmax x%.2f", row->us / am);
   const double tk = dpRowTime("sample_topk50", c, row->backend);
-  if (sampling && b->v->top_k > 0 && tk > 0) SMP_PUT(" | topk50 x%.2f", row->us / tk);
+  if (sampling && b->v->top_k > 0 && tk > 0)
+    dpNoteAppend(out, len, " | topk50 x%.2f", row->us / tk);
   if (!sampling) return 0;
   dpsSampleStats_t st;
   if (!b->have_base || dpsCommGetSampleStats(comm, &st) != dpsSuccess) {
-    SMP_PUT(" | paths: dpsCommGetSampleStats failed: %.120s", dpsGetLastError());
+    dpNoteAppend(out, len, " | paths: dpsCommGetSampleStats failed: %.120s",
+                 dpsGetLastError());
     return 0;
   }
   const unsigned long long g = st.rows_greedy - b->base.rows_greedy,
@@ -548,10 +544,9 @@ static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phas
                            e = st.rows_exact - b->base.rows_exact,
                            bad = st.invalid_calls - b->base.invalid_calls;
   const double all = (double)(g + f + e) > 0 ? (double)(g + f + e) : 1.0;
-  SMP_PUT(" | rows greedy %.1f%% fast %.1f%% exact %.1f%% (%llu rows, %lld calls)", 100.0 * g / all,
-          100.0 * f / all, 100.0 * e / all, g + f + e, row->calls);
-  if (bad) SMP_PUT(" | INVALID CALLS %llu: %.120s", bad, dpsGetLastError());
-#undef SMP_PUT
+  dpNoteAppend(out, len, " | rows greedy %.1f%% fast %.1f%% exact %.1f%% (%llu rows, %lld calls)",
+               100.0 * g / all, 100.0 * f / all, 100.0 * e / all, g + f + e, row->calls);
+  if (bad) dpNoteAppend(out, len, " | INVALID CALLS %llu: %.120s", bad, dpsGetLastError());
   return (long long)bad;
 }
 

@@ -10,10 +10,12 @@ extern const DpOp dpOpArgmax;
 extern const DpOp dpOpArgmaxLse;
 extern const DpOp dpOpTopk;
 
-/* dpOpSample[] (dps_perf.h): the family "sample", references first. */
+/* dpOpSample[] and dpOpVerify[] (dps_perf.h): the families "sample" and
+ * "verify", references first. */
 const DpOp* const dpOps[] = {&dpOpSwap,      &dpOpGather,    &dpOpLogprobs,  &dpOpArgmax,
                              &dpOpArgmaxLse, &dpOpTopk,      &dpOpSample[0], &dpOpSample[1],
                              &dpOpSample[2], &dpOpSample[3], &dpOpSample[4], &dpOpSample[5],
                              &dpOpSample[6], &dpOpSample[7], &dpOpSample[8], &dpOpSample[9],
-                             &dpOpSample[10]};
+                             &dpOpSample[10], &dpOpVerify[0], &dpOpVerify[1], &dpOpVerify[2],
+                             &dpOpVerify[3], &dpOpVerify[4], &dpOpVerify[5], &dpOpVerify[6]};
 const int dpNumOps = (int)(sizeof dpOps / sizeof dpOps[0]);

@@ -75,6 +75,19 @@ void dpSelHostFree(void* p) {
   free(h);
 }
 
+float dpSelValue(int64_t row, int64_t col, int step, dpsDataType_t dtype) {
+  uint32_t t = 0;
+  fxStore(&t, 0, fxLogitValue(row, col, step, dtype), dtype);
+  return fxLoad(&t, 0, dtype);
+}
+
+void dpSelRow(const DpCase* c, int rank, int tp, int64_t r, int step, float* row, void* shard) {
+  const int64_t vl = c->vocab / tp;
+  for (int64_t j = 0; j < c->vocab; ++j) row[j] = dpSelValue(r, j, step, c->dtype);
+  for (int64_t j = 0; j < vl; ++j)
+    fxStore(shard, (size_t)(r * vl + j), row[rank * vl + j], c->dtype);
+}
+
 int dpSelHostInit(const DpCase* c, int rank, int tp, void** out) {
   HostIn* h = (HostIn*)calloc(1, sizeof *h);
   if (!h) return 1;
@@ -95,14 +108,7 @@ int dpSelHostInit(const DpCase* c, int rank, int tp, void** out) {
       return 1;
     }
     for (int64_t r = 0; r < rows; ++r) {
-      /* the full row as the dtype stores it (this rank's shard is a slice of it) */
-      for (int64_t j = 0; j < c->vocab; ++j) {
-        uint32_t t = 0;
-        fxStore(&t, 0, fxLogitValue(r, j, k + 1, c->dtype), c->dtype);
-        row[j] = fxLoad(&t, 0, c->dtype);
-      }
-      for (int64_t j = 0; j < vl; ++j)
-        fxStore(h->in[k], (size_t)(r * vl + j), row[rank * vl + j], c->dtype);
+      dpSelRow(c, rank, tp, r, k + 1, row, h->in[k]);
       fxRefArgmax(row, c->vocab, &h->amax_idx[k][r], &h->amax_val[k][r], &h->want_lse[k][r]);
       fxRefTopK(row, c->vocab, DP_TOPK_K, h->want_idx[k] + r * DP_TOPK_K,
                 h->want_val[k] + r * DP_TOPK_K);

@@ -12,6 +12,11 @@
  * (a->dtypes, else bf16). */
 void dpAddShapeCases(const DpOp* self, const DpCaseArgs* a, const DpShape* defaults,
                      int ndefaults);
+/* The logit (row, col) of `step` as the dtype stores it (fixtures'
+ * fxLogitValue), and row r of a case: the full row into row[0..V) and this
+ * rank's slice of it into row r of shard ([rows, V/tp] of the case's dtype). */
+float dpSelValue(int64_t row, int64_t col, int step, dpsDataType_t dtype);
+void dpSelRow(const DpCase* c, int rank, int tp, int64_t r, int step, float* row, void* shard);
 void dpSelAddCases(const DpOp* self, const DpCaseArgs* a);
 int dpSelValid(const DpCase* c, int tp);
 size_t dpSelBytes(const DpCase* c, int tp);
