@@ -484,7 +484,10 @@ DPS_API dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, 
  *   request). An invalid array entry or a candidate outside [0, V) is found
  *   on the device: that call writes nothing, is counted in
  *   dpsSampleStats_t.invalid_calls, and dpsCommGetSampleStats names the first
- *   one. The rows verify draws count in the path counters too.
+ *   one. The rows verify draws count in the path counters too, except in a
+ *   call that only wants tokens from greedy rows (a scalar temperature 0, no
+ *   temperature, top_p or min_p array, no logprobs, mask or soft-cap): its
+ *   rows are drawn by dpsArgmax's pass (the same tokens, a faster pass).
  * vocab_mask: NULL, or int32 [rows, ceil(V/32)] (4-byte aligned), the
  *   full-vocabulary grammar mask on every rank: bit i % 32 of word i / 32 of
  *   a row set = token i allowed; a disallowed token is a -inf logit.

@@ -288,6 +288,10 @@ dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits
                               dpsSelectCall* call);
 dpsResult_t dpsCheckOutBuffer(const char* op, const char* name, const void* p, size_t align,
                               int required);
+/* The steps of a checked argmax / top-k call, inside an operation the
+ * caller entered (dpsVerifyChain's greedy calls run argmax's pass). */
+dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* call,
+                           cudaStream_t stream);
 /* The shard reductions' state (core/sample.c): the SM count, the argmax /
  * top-k row-split table (DPSAMPLING_SELECT_SPLIT) and dpsSample's scratch;
  * made by every backend's init on the communicator's device and freed by

@@ -200,6 +200,8 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
 typedef struct {
   dpsSampleArgs a;
   int may_topk, may_topp, may_filter;
+  int by_argmax; /* every row greedy, no logprob, mask or soft-cap: argmax's pass draws */
+  int64_t vocab_limit;
 } SampleCall;
 
 /* The checks every drawing call makes (the caller's own arguments first). */
@@ -238,6 +240,7 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
   a->s = scratchOf(comm);
   a->chunks = firstChunks(comm, rows, a->nvalid);
+  c->vocab_limit = vocab_limit;
 }
 
 /* Checks the communicator's state, then runs the call's steps and `after`
@@ -251,7 +254,19 @@ static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
   DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r = runSample(comm, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
+  dpsResult_t r;
+  if (c->by_argmax) {
+    dpsSelectCall sel;
+    memset(&sel, 0, sizeof sel);
+    sel.rows = c->a.rows;
+    sel.dtype = (dpsDataType_t)c->a.dtype;
+    sel.vocab_limit = c->vocab_limit;
+    sel.index = c->a.tokens;
+    sel.logits = c->a.logits;
+    r = dpsSelectSteps(comm, op, &sel, stream);
+  } else {
+    r = runSample(comm, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
+  }
   if (r == dpsSuccess && after != NULL) {
     const cudaError_t e = dpsLaunchVerifyWalk(&c->a, after, stream);
     if (e != cudaSuccess)
@@ -315,6 +330,12 @@ dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int
   c.a.want_logprob = logprobs != NULL;
   c.a.tokens = c.a.s.tokens;
   c.a.logprobs = logprobs != NULL ? c.a.s.token_lps : NULL;
+  /* greedy everywhere (T a scalar 0; the arrays the kernels would check
+   * absent) and nothing but tokens wanted: argmax's pass gives the same
+   * tokens (ties to the lower index, NaN as -inf, nothing valid: 0) */
+  c.by_argmax = params->temperatures == NULL && params->temperature == 0.f &&
+                params->top_ps == NULL && params->min_ps == NULL && vocab_mask == NULL &&
+                softcap == 0.f && logprobs == NULL;
   dpsVerifyWalkArgs w;
   memset(&w, 0, sizeof w);
   w.candidates = candidates;

@@ -106,10 +106,8 @@ static dpsResult_t runSteps(dpsComm_t comm, const char* name, const dpsSelStep* 
   return comm->ops->records(comm, &op, stream);
 }
 
-static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall* call,
-                             cudaStream_t stream) {
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
+dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* call,
+                           cudaStream_t stream) {
   dpsSelStep s;
   memset(&s, 0, sizeof s);
   s.call = *call;
@@ -118,11 +116,18 @@ static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall
   s.cols = comm->config.vocab_size / s.tp;
   s.sms = comm->sms;
   s.waves = &comm->sel_waves;
+  return runSteps(comm, op, &s, stream);
+}
+
+static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall* call,
+                             cudaStream_t stream) {
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
-  dpsResult_t r = runSteps(comm, op, &s, stream);
+  dpsResult_t r = dpsSelectSteps(comm, op, call, stream);
   /* a step missing on one rank leaves the others' records unpaired */
-  if (r != dpsSuccess && s.tp > 1) (void)dpsCommMarkFailed(comm, r);
+  if (r != dpsSuccess && comm->config.tp_size > 1) (void)dpsCommMarkFailed(comm, r);
   dpsOpLeave(comm, &x, r);
   return r;
 }

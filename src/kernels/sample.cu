@@ -62,7 +62,16 @@ __device__ __forceinline__ RowP rowParams(const dpsSampleParamsDev& d, long long
   return q;
 }
 
-__device__ __forceinline__ LogitXform rowXform(const dpsSampleArgs& a, long long row) {
+/* What the reads of row `row` see: X = NoXform (the call has neither a
+ * mask nor a soft-cap: the kernels' own instances, no cost) or LogitXform. */
+template <typename X>
+__device__ __forceinline__ X rowXform(const dpsSampleArgs& a, long long row);
+template <>
+__device__ __forceinline__ NoXform rowXform<NoXform>(const dpsSampleArgs&, long long) {
+  return NoXform();
+}
+template <>
+__device__ __forceinline__ LogitXform rowXform<LogitXform>(const dpsSampleArgs& a, long long row) {
   LogitXform x;
   x.mask = a.xf.mask ? a.xf.mask + row * a.xf.mask_words : nullptr;
   x.g0 = a.col0;
@@ -495,8 +504,9 @@ struct Race {
    * key is >= s + log(U / (1 - U)) (as -log U <= (1 - U) / U) with
    * U >= h / 2^16; the block's best of them is shared (every thread of the
    * block calls). */
+  template <typename X>
   __device__ __forceinline__ void seedBound(const char* rowp, int dtype, long long col0,
-                                            long long from, long long to, const LogitXform& xf) {
+                                            long long from, long long to, const X& xf) {
     float l = -INFINITY;
     if (prune && to > from) {
       long long j0 = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
@@ -578,9 +588,9 @@ struct FirstVisit {
   }
 };
 
-template <bool RACE, bool ZRAW, bool ZS>
+template <bool RACE, bool ZRAW, bool ZS, typename X>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
-                           long long to, const RowP& q, const LogitXform& xf, Hdr* out,
+                           long long to, const RowP& q, const X& xf, Hdr* out,
                            float* tmax) {
   FirstVisit<RACE, ZRAW, ZS> f;
   f.col0 = col0;
@@ -706,8 +716,9 @@ struct HistVisit {
 
 /* The shard's histogram of the state's current round into bins[BINS] (u64;
  * counts for K). Every thread calls it. */
+template <typename X>
 __device__ void histPass(const SState& st, const char* rowp, int dtype, long long nvalid,
-                         const LogitXform& xf, u64* bins) {
+                         const X& xf, u64* bins) {
   __shared__ uint32_t s_cnt[BINS];
   for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
     s_cnt[i] = 0u;
@@ -834,8 +845,9 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
 }
 
 /* ---- the race over the kept set of a shard (index order: ties need rank) ---------- */
+template <typename X>
 __device__ void racePass(const SState& st, const char* rowp, int dtype, long long col0,
-                         long long nvalid, int rank, const LogitXform& xf, float* bk,
+                         long long nvalid, int rank, const X& xf, float* bk,
                          uint32_t* bi, float* bv) {
   __shared__ int s_warp[WARPS];
   __shared__ Hdr s_h;
@@ -1134,10 +1146,11 @@ __device__ __forceinline__ const char* rowPtr(const dpsSampleArgs& a, long long 
 }
 
 /* The searches and the race of one row on this block alone (tp == 1). */
+template <typename X>
 __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bool bad) {
   __shared__ u64 s_bins[BINS];
   const char* rowp = rowPtr(a, row);
-  const LogitXform xf = rowXform(a, row);
+  const X xf = rowXform<X>(a, row);
   while (st->mode == MODE_K || st->mode == MODE_P) {
     histPass(*st, rowp, a.dtype, a.nvalid, xf, s_bins);
     if (threadIdx.x == 0) searchMerge(*st, s_bins, 1);
@@ -1152,6 +1165,7 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
 /* The draw of a row from its merged first record (in shared memory): the
  * fast path here; the exact path on this block at tp == 1, else the row's
  * search state for the next steps. Nothing is written when `bad`. */
+template <typename X>
 __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const Hdr& h, const u64* sel,
                         bool bad) {
   __shared__ SState s_st;
@@ -1176,13 +1190,14 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
     if (a.tp > 1) *stateOf(a, row) = s_st;
   }
   __syncthreads();
-  if (a.tp == 1 && s_st.mode != MODE_DONE) exactLocal(a, row, &s_st, bad);
+  if (a.tp == 1 && s_st.mode != MODE_DONE) exactLocal<X>(a, row, &s_st, bad);
 }
 
 /* ---- the kernels --------------------------------------------------------------------- */
 /* The first pass of item = row * chunks + chunk; the last chunk of a row to
  * finish merges the chunks' records and emits the row's record, or at
  * tp == 1 draws the row itself. */
+template <typename X>
 __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
@@ -1204,7 +1219,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   const bool race = !greedy && !topk_on && !topp_on;
   const bool zs = !greedy && topp_on && !minp_on && !(q.k >= 1 && q.k <= CAND);
   const char* rowp = rowPtr(a, row);
-  const LogitXform xf = rowXform(a, row);
+  const X xf = rowXform<X>(a, row);
   long long from, to;
   chunkRange(a.nvalid, a.chunks, chunk, &from, &to);
   float tmax;
@@ -1265,7 +1280,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
     __syncthreads();
   }
   if (a.tp == 1) { /* no exchange: the draw on this block (one kernel per call) */
-    drawRow(a, row, s_hdr, s_sel, callInvalid(a, row == 0));
+    drawRow<X>(a, row, s_hdr, s_sel, callInvalid(a, row == 0));
     return;
   }
   if (threadIdx.x == 0) hdrPack(s_hdr, s_rec);
@@ -1284,6 +1299,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
 /* one block of 512 threads per SM, 128 registers a thread: the race's
  * noise and its vectors in flight (at 64 registers the race's loop spilled
  * about 1 KB a thread) */
+template <typename X>
 __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
@@ -1291,13 +1307,14 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   if (e == 0) return;
   FOR_ITEMS(item, a.rows * a.chunks) {
     __syncthreads();
-    firstItem(a, item, e);
+    firstItem<X>(a, item, e);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
 
 /* The local pass of a search round or of the race (tp > 1): one block per
  * row; rows not in the step's mode move nothing. */
+template <typename X>
 __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, u64 e) {
   __shared__ u64 s_bins[BINS];
   __shared__ uint32_t s_rec[DPS_SAMPLE_PSEARCH_WORDS];
@@ -1309,7 +1326,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
                                                        : MODE_RACE;
   if (s_st.mode == want) {
     const char* rowp = rowPtr(a, row);
-    const LogitXform xf = rowXform(a, row);
+    const X xf = rowXform<X>(a, row);
     if (want == MODE_RACE) {
       float bk, bv;
       uint32_t bi;
@@ -1336,6 +1353,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
   }
 }
 
+template <typename X>
 __global__ void __launch_bounds__(THREADS) stepKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
@@ -1343,7 +1361,7 @@ __global__ void __launch_bounds__(THREADS) stepKernel(const __grid_constant__ dp
   if (e == 0) return;
   FOR_ITEMS(row, a.rows) {
     __syncthreads();
-    stepItem(a, row, e);
+    stepItem<X>(a, row, e);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
 }
@@ -1380,7 +1398,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
       if (place < a.cand) s_sel[place] = s_lists[i];
     }
     __syncthreads();
-    drawRow(a, row, s_hdr, s_sel, bad);
+    drawRow<NoXform>(a, row, s_hdr, s_sel, bad); /* tp > 1: no exact pass here, no reads */
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);
@@ -1490,12 +1508,16 @@ static unsigned capped(long long items, int cap) {
   return (unsigned)(cap > 0 && items > cap ? cap : items);
 }
 
+/* The kernels' instances with the transform when the call has one. */
+static bool hasXform(const dpsSampleArgs* a) { return a->xf.mask != NULL || a->xf.cap > 0.f; }
+
 extern "C" cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream) {
   if (a->step == DPS_SAMPLE_STEP_FIRST)
-    return dpsLaunch(firstKernel, dim3(capped(a->rows * a->chunks, a->sink.max_blocks)),
-                     dim3(THREADS), stream, a->pdl, *a);
-  return dpsLaunch(stepKernel, dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream,
-                   a->pdl, *a);
+    return dpsLaunch(hasXform(a) ? firstKernel<LogitXform> : firstKernel<NoXform>,
+                     dim3(capped(a->rows * a->chunks, a->sink.max_blocks)), dim3(THREADS), stream,
+                     a->pdl, *a);
+  return dpsLaunch(hasXform(a) ? stepKernel<LogitXform> : stepKernel<NoXform>,
+                   dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream, a->pdl, *a);
 }
 
 extern "C" cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream) {
@@ -1509,7 +1531,8 @@ extern "C" cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVeri
 }
 
 extern "C" cudaError_t dpsPreloadSampleKernels(void) {
-  const void* const k[] = {(const void*)firstKernel, (const void*)stepKernel,
+  const void* const k[] = {(const void*)firstKernel<NoXform>, (const void*)firstKernel<LogitXform>,
+                           (const void*)stepKernel<NoXform>, (const void*)stepKernel<LogitXform>,
                            (const void*)mergeKernel, (const void*)walkKernel};
-  return dpsPreload(k, 4);
+  return dpsPreload(k, 6);
 }

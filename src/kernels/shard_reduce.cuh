@@ -41,6 +41,13 @@ struct NoXform {
  * the host reference's), then its grammar mask, on every value read; a -inf
  * or NaN logit stays excluded (and a lane without a column, which
  * forEachElemWarp gives -inf, reads no mask word). */
+/* Out of line: the soft-cap's double-precision tanh inlined into every
+ * visitor instance would multiply the kernels' code (and compile time). */
+template <int = 0>
+__device__ __noinline__ float softCapOutOfLine(float x, float cap) {
+  return dpsSampleSoftCap(x, cap);
+}
+
 struct LogitXform {
   const uint32_t* mask; /* the row's words over the global vocabulary; NULL: all allowed */
   long long g0;         /* global index of column 0 */
@@ -48,7 +55,7 @@ struct LogitXform {
   __device__ __forceinline__ bool on() const { return mask != nullptr || cap > 0.f; }
   __device__ __forceinline__ float one(long long j, float x) const {
     if (!(x > -INFINITY)) return x;
-    if (cap > 0.f) x = dpsSampleSoftCap(x, cap);
+    if (cap > 0.f) x = softCapOutOfLine<>(x, cap);
     if (mask != nullptr) {
       const unsigned long long g = (unsigned long long)(g0 + j);
       if (!((__ldg(mask + (g >> 5)) >> (unsigned)(g & 31u)) & 1u)) x = -INFINITY;
@@ -244,6 +251,19 @@ __device__ __forceinline__ void forEachElemX(const char* rowp, int dtype, long l
                                              long long to, const X& xf, F& f) {
   XformVisit<X, F> v{xf, f};
   forEachElem<U>(rowp, dtype, from, to, v);
+}
+
+/* No transform: the plain visitors, exactly. */
+template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElemX(const char* rowp, int dtype, long long from,
+                                             long long to, const NoXform&, F& f) {
+  forEachElem<U>(rowp, dtype, from, to, f);
+}
+
+template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElemWarpX(const char* rowp, int dtype, long long from,
+                                                 long long to, const NoXform&, F& f) {
+  forEachElemWarp<U>(rowp, dtype, from, to, f);
 }
 
 template <int U = 4, typename X, typename F>

@@ -131,6 +131,38 @@ GT_FN int gtSkipLarge(const char* test, int64_t pad_bs, int64_t n, int64_t vocab
   return 1;
 }
 
+/* Runs body(backend) at tp = 1 for each of the backends (one rank: a
+ * child process under the fixtures' watchdog), printing "name: tp=1
+ * backend=... PASS|SKIPPED|FAIL". Returns the exit status: 1 if any failed,
+ * 77 if none passed. */
+typedef int (*gtBodyTp1)(dpsBackend_t backend);
+typedef struct {
+  gtBodyTp1 body;
+  dpsBackend_t backend;
+} gtTp1Arg;
+
+GT_FN int gtRankMainTp1(int rank, int nranks, void* arg) {
+  (void)rank, (void)nranks;
+  const gtTp1Arg* a = (const gtTp1Arg*)arg;
+  return a->body(a->backend);
+}
+
+GT_FN int gtRunTp1(const char* name, gtBodyTp1 body, const dpsBackend_t* backends, int nb,
+                   int timeout_s) {
+  int failures = 0, passes = 0;
+  for (int b = 0; b < nb; ++b) {
+    gtTp1Arg arg = {body, backends[b]};
+    const int rc = fxRunRanks(1, gtRankMainTp1, &arg, timeout_s);
+    printf("%s: tp=1 backend=%s %s\n", name, dpsBackendName(backends[b]),
+           rc == 0 ? "PASS" : rc == 77 ? "SKIPPED" : "FAIL");
+    fflush(stdout);
+    failures += rc != 0 && rc != 77;
+    passes += rc == 0;
+  }
+  if (failures) return 1;
+  return passes ? 0 : 77;
+}
+
 /* ---- communicators --------------------------------------------------------- */
 GT_FN dpsConfig_t gtConfig(int rank, int tp, int max_pad_bs, int n, int64_t vocab,
                             dpsDataType_t dtype, dpsBackend_t backend) {

@@ -748,11 +748,6 @@ static int body(dpsBackend_t backend) {
   return 0;
 }
 
-static int rankMain(int rank, int nranks, void* arg) {
-  (void)rank, (void)nranks;
-  return body(*(const dpsBackend_t*)arg);
-}
-
 int main(int argc, char** argv) {
   dpsBackend_t backends[GT_MAX_BACKENDS];
   int nb = 0, ngpu = 0;
@@ -762,15 +757,5 @@ int main(int argc, char** argv) {
   const char* sm = getenv("DPS_TEST_SMALL");
   g_small = sm && sm[0] && sm[0] != '0';
   if (g_small && g_scale > 0.01) g_scale = 0.01; /* sanitized kernels are slow */
-  int failures = 0, passes = 0;
-  for (int b = 0; b < nb; ++b) {
-    const int rc = fxRunRanks(1, rankMain, &backends[b], 900);
-    printf("test_gpu_sample: tp=1 backend=%s %s\n", dpsBackendName(backends[b]),
-           rc == 0 ? "PASS" : rc == 77 ? "SKIPPED" : "FAIL");
-    fflush(stdout);
-    failures += rc != 0 && rc != 77;
-    passes += rc == 0;
-  }
-  if (failures) return 1;
-  return passes ? 0 : 77;
+  return gtRunTp1("test_gpu_sample", body, backends, nb, 900);
 }

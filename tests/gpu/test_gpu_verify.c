@@ -127,6 +127,58 @@ static int testWalk(dpsComm_t comm, const smpHost* h, const smpDev* d, int n, in
   return 0;
 }
 
+/* A greedy call that wants only tokens (scalar T = 0, seeds as an array, no
+ * logprobs): dpsArgmax's pass draws; against the reference's greedy tokens
+ * (NaN, +-inf and empty rows of the mixed batch included), eager and in a
+ * graph. */
+static int testGreedyTokens(dpsComm_t comm, const smpHost* h, const smpDev* d, int n,
+                            int64_t limit, const char* tag, cudaStream_t s) {
+  const int B = (int)(h->rows / n);
+  const size_t R = (size_t)B * n;
+  const smpSpec spec = {SMP_A_SEED, 0.0f, 0, 1.0f, 0.0f, 0, 0};
+  int64_t* t = malloc(R * 8);
+  float* lp = malloc(R * 4);
+  int32_t* cand = malloc(R * 4);
+  Out o;
+  Req q;
+  FX_CHECK(t && lp && cand, "host alloc");
+  if (smpRef(h, &spec, 0, (int64_t)R, limit, t, lp) || reqAlloc(&q, B, n, 0) || outAlloc(&o, R))
+    return 1;
+  makeCandidates(t, B, n, h->V, cand);
+  GT_CUDA(cudaMemcpy(q.cand, cand, R * 4, cudaMemcpyHostToDevice));
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  p.temperature = 0.0f;
+  p.seeds = d->seed;
+  int32_t *pr, *ai, *al;
+  for (int graph = 0; graph < 2; ++graph) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    if (graph) GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    FX_CHECK_OK(dpsVerifyChain(comm, d->logits, (int64_t)R, d->cols, d->dtype, limit, B, q.cand,
+                               &p, NULL, 0.0f, &pr, &ai, &al, NULL, s));
+    if (graph) {
+      GT_CUDA(cudaStreamEndCapture(s, &g));
+      GT_CUDA(cudaGraphInstantiate(&ge, g, 0));
+      GT_CUDA(cudaMemsetAsync(pr, 0x7f, R * 4, s));
+      GT_CUDA(cudaMemsetAsync(al, 0x7f, (size_t)B * 4, s));
+      GT_CUDA(cudaGraphLaunch(ge, s));
+    }
+    GT_CUDA(cudaStreamSynchronize(s));
+    if (graph) cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    GT_CUDA(cudaMemcpy(o.pr, pr, R * 4, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(o.ai, ai, R * 4, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(o.al, al, (size_t)B * 4, cudaMemcpyDeviceToHost));
+    char what[160];
+    snprintf(what, sizeof what, "%s greedy tokens only (%s)", tag, graph ? "graph" : "eager");
+    const long bad = checkWalk(what, &o, cand, t, NULL, B, n, 1, 1);
+    FX_CHECK(bad == 0, "%s: %ld of %d requests differ from the reference's argmax + walk", what,
+             bad, B);
+  }
+  reqFree(&q), outFree(&o), free(t), free(lp), free(cand);
+  printf("  %s: greedy, tokens only (argmax's pass): the reference's argmax + walk\n", tag);
+  return 0;
+}
+
 /* ---- (b) grammar mask and soft-cap against the host reference ------------------------ */
 static int testMaskCap(dpsComm_t comm, dpsDataType_t dt, int64_t V, int B, int n, float cap,
                        const char* tag, cudaStream_t s) {
@@ -470,6 +522,7 @@ static int body(dpsBackend_t backend) {
     if (smpGenMixed(&h, 0x51ed270b27ull * (uint64_t)(ci + 1), (int)ci * 5, VL)) return 1;
     if (smpDevUpload(&d, &h, 0, rows, 0, s)) return 1;
     if (testWalk(comm, &h, &d, c->n, ci == 1 ? VL : c->V, tag, s)) return 1;
+    if (testGreedyTokens(comm, &h, &d, c->n, ci == 1 ? VL : c->V, tag, s)) return 1;
     if (ci == 0 && testBadArgs(comm, &d, c->n, s)) return 1;
     if (testMaskCap(comm, c->dtype, c->V, c->pad_bs, c->n, ci == 2 ? 30.0f : 3.0f, tag, s))
       return 1;
@@ -482,11 +535,6 @@ static int body(dpsBackend_t backend) {
   return 0;
 }
 
-static int rankMain(int rank, int nranks, void* arg) {
-  (void)rank, (void)nranks;
-  return body(*(const dpsBackend_t*)arg);
-}
-
 int main(int argc, char** argv) {
   dpsBackend_t backends[GT_MAX_BACKENDS];
   int nb = 0, ngpu = 0;
@@ -496,15 +544,5 @@ int main(int argc, char** argv) {
   const char* sm = getenv("DPS_TEST_SMALL");
   g_small = sm && sm[0] && sm[0] != '0';
   if (g_small && g_scale > 0.05) g_scale = 0.05;
-  int failures = 0, passes = 0;
-  for (int b = 0; b < nb; ++b) {
-    const int rc = fxRunRanks(1, rankMain, &backends[b], 900);
-    printf("test_gpu_verify: tp=1 backend=%s %s\n", dpsBackendName(backends[b]),
-           rc == 0 ? "PASS" : rc == 77 ? "SKIPPED" : "FAIL");
-    fflush(stdout);
-    failures += rc != 0 && rc != 77;
-    passes += rc == 0;
-  }
-  if (failures) return 1;
-  return passes ? 0 : 77;
+  return gtRunTp1("test_gpu_verify", body, backends, nb, 900);
 }

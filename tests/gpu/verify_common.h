@@ -152,7 +152,8 @@ GT_FN int verifyCall(dpsComm_t comm, const void* logits, int64_t cols, dpsDataTy
 }
 
 /* Compares o with the walk of t over cand (fxRefVerifyChain) and the
- * tokens' logprobs lp (exactly when `exact`, else within SMP_LP_TOL).
+ * tokens' logprobs lp (exactly when `exact`, else within SMP_LP_TOL; NULL:
+ * not compared).
  * want_acc >= 0: every request must accept b % n drafts (the design of
  * makeCandidates). Returns the count of wrong requests. */
 GT_FN long checkWalk(const char* what, const Out* o, const int32_t* cand, const int64_t* t,
@@ -168,16 +169,16 @@ GT_FN long checkWalk(const char* what, const Out* o, const int32_t* cand, const 
     int ok = o->al[b] == al[b] && (!want_acc || al[b] == b % n + 1);
     for (int i = 0; i < n; ++i) {
       const size_t r = (size_t)b * n + i;
-      const float wl = i < al[b] ? lp[r] : 0.0f;
+      const float wl = lp != NULL && i < al[b] ? lp[r] : 0.0f;
       ok = ok && o->pr[r] == pr[r] && o->ai[r] == ai[r] &&
-           (exact ? smpSameBits(o->lp[r], wl) : smpLpClose(o->lp[r], wl));
+           (lp == NULL || (exact ? smpSameBits(o->lp[r], wl) : smpLpClose(o->lp[r], wl)));
     }
     if (!ok && bad < 5) {
       fprintf(stderr, "  %s: request %d: accept_length %d (want %d):", what, b, o->al[b], al[b]);
       for (int i = 0; i < n; ++i) {
         const size_t r = (size_t)b * n + i;
         fprintf(stderr, " [%d: predict %d/%d index %d/%d lp %.9g/%.9g]", i, o->pr[r], pr[r],
-                o->ai[r], ai[r], (double)o->lp[r], (double)(i < al[b] ? lp[r] : 0.0f));
+                o->ai[r], ai[r], (double)o->lp[r], (double)(lp && i < al[b] ? lp[r] : 0.0f));
       }
       fprintf(stderr, "\n");
     }

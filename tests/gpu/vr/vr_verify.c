@@ -9,7 +9,8 @@
  *    the candidates are built from t (request b accepts b % N drafts);
  *    dpsVerifyChain must equal the host walk of t (fxRefVerifyChain) bit for
  *    bit, logprobs included;
- *  - masked: dpsVerifyChain with the mask and the soft-cap, candidates from
+ *  - masked: dpsVerifyChain with the mask and the soft-cap (top-p off: the
+ *    reference's float64 nucleus boundary is not the kernels'), candidates from
  *    the host reference of the whole verify (fxRefVerifyRows): tokens equal
  *    to the reference, logprobs within SMP_LP_TOL, and (after the first
  *    group) bit for bit the first group's outputs (tp = 1). */
@@ -33,7 +34,7 @@
 typedef struct {
   int ready, failed;
   smpHost h;
-  ReqHost rq;
+  ReqHost rq, rqm; /* rqm: the masked calls' (no top-p) */
   fxSampleParams fp[VFY_VR_REQS];
   uint32_t mask[VFY_VR_ROWS * VFY_VR_WORDS];
   int32_t mcand[VFY_VR_ROWS]; /* masked: candidates from the reference */
@@ -63,6 +64,8 @@ static int vfyDataInit(VfyData* d, dpsDataType_t dt, int di) {
     d->fp[b].top_p = 1.0f; /* masked: no top-p (its fixed-point boundary; the plain part has it) */
     d->fp[b].min_p = d->rq.min_p[b], d->fp[b].softcap = VFY_VR_CAP;
   }
+  d->rqm = d->rq;
+  for (int b = 0; b < VFY_VR_REQS; ++b) d->rqm.top_p[b] = 1.0f;
   for (size_t w = 0; w < sizeof d->mask / 4; ++w)
     d->mask[w] = (uint32_t)fxSplitmix(&g) | (uint32_t)fxSplitmix(&g); /* ~3/4 allowed */
   memset(d->mask + 5 * VFY_VR_WORDS, 0, VFY_VR_WORDS * 4); /* row 5: nothing allowed */
@@ -124,6 +127,7 @@ static int bodyVerifyRun(VrGroup* g, int rank, VfyData* d, smpDev* dev, Req* q, 
   /* masked and soft-capped: the reference, and the first group bit for bit */
   VR_CUDA(g, rank, cudaMemcpy(q->cand, d->mcand, sizeof d->mcand, cudaMemcpyHostToDevice));
   VR_CUDA(g, rank, cudaMemcpy(q->mask, d->mask, sizeof d->mask, cudaMemcpyHostToDevice));
+  if (reqUpload(q, &d->rqm, r->s)) return vrCount(g, 0);
   if (vrBarrier(g)) return 1;
   VR_OK(g, rank, dpsVerifyChain(r->comm, dev->logits, VFY_VR_ROWS, g->v_local, g->cfg.dtype,
                                 VFY_VR_V, VFY_VR_REQS, q->cand, &p, q->mask, VFY_VR_CAP, &out[0],
