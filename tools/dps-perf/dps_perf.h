@@ -224,7 +224,7 @@ extern const int dpNumOps;
 extern const DpOp dpOpSample[DP_SAMPLE_OPS];
 
 /* op_verify.c: the family -o verify (dpsVerifyChain's cases and their references). */
-#define DP_VERIFY_OPS 7
+#define DP_VERIFY_OPS 8
 extern const DpOp dpOpVerify[DP_VERIFY_OPS];
 
 /* ---- peak.cu ------------------------------------------------------------------ */

@@ -12,6 +12,8 @@
  *   verify_ref_sample    dpsSample on the same rows, top-k 50 + top-p 0.9, T = 0.7
  *                        (reference of verify_kp and verify_kp_lp)
  *   verify_greedy        dpsVerifyChain, T = 0 for every request
+ *   verify_greedy_scalar T = 0 as the scalar (no temperature array, no
+ *                        logprobs: the call takes dpsArgmax's pass)
  *   verify_t             T = 0.7, no filter
  *   verify_kp            top-k 50 + top-p 0.9, T = 0.7
  *   verify_kp_lp         the same with logprobs
@@ -89,17 +91,19 @@ typedef struct {
   float top_p;     /* 1: no array */
   int logprobs;
   const char* ref; /* the member the note divides by (NULL: none) */
+  int scalar_t;    /* the verify call passes T as the scalar (the references keep arrays) */
 } Variant;
 
 /* In the order of dpOpVerify[] below. */
 static const Variant kVariants[DP_VERIFY_OPS] = {
-    {KIND_ARGMAX, 0.0f, 0, 1.0f, 0, NULL},                           /* verify_ref_argmax */
-    {KIND_SAMPLE, VFY_T, 0, 1.0f, 0, NULL},                          /* verify_ref_sample_t */
-    {KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0, NULL},                     /* verify_ref_sample */
-    {KIND_VERIFY, 0.0f, 0, 1.0f, 0, VFY_REF "argmax"},               /* verify_greedy */
-    {KIND_VERIFY, VFY_T, 0, 1.0f, 0, VFY_REF "sample_t"},            /* verify_t */
-    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0, VFY_REF "sample"},         /* verify_kp */
-    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 1, VFY_REF "sample"},         /* verify_kp_lp */
+    {KIND_ARGMAX, 0.0f, 0, 1.0f, 0, NULL, 0},                           /* verify_ref_argmax */
+    {KIND_SAMPLE, VFY_T, 0, 1.0f, 0, NULL, 0},                          /* verify_ref_sample_t */
+    {KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0, NULL, 0},                     /* verify_ref_sample */
+    {KIND_VERIFY, 0.0f, 0, 1.0f, 0, VFY_REF "argmax", 0},               /* verify_greedy */
+    {KIND_VERIFY, 0.0f, 0, 1.0f, 0, VFY_REF "argmax", 1},            /* verify_greedy_scalar */
+    {KIND_VERIFY, VFY_T, 0, 1.0f, 0, VFY_REF "sample_t", 0},            /* verify_t */
+    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0, VFY_REF "sample", 0},         /* verify_kp */
+    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 1, VFY_REF "sample", 0},         /* verify_kp_lp */
 };
 
 static const Variant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpVerify]; }
@@ -266,6 +270,10 @@ static int setup(const DpCase* c, int tp, void** out, DpLocal* l) {
     prm.offsets = b->prm_d.offsets + at;
     if (v->top_k > 0) prm.top_ks = b->prm_d.topks + at;
     if (v->top_p < 1.0f) prm.top_ps = b->prm_d.topps + at;
+    if (!k && v->scalar_t) {
+      prm.temperatures = NULL;
+      prm.temperature = v->temperature;
+    }
     if (k) b->per_row = prm;
     else b->per_req = prm;
   }
@@ -491,6 +499,6 @@ static const char* const kAliases[] = {"verify", NULL};
 /* The references first: the members' notes divide by their times. */
 const DpOp dpOpVerify[DP_VERIFY_OPS] = {
     VFY_OP("verify_ref_argmax"), VFY_OP("verify_ref_sample_t"), VFY_OP("verify_ref_sample"),
-    VFY_OP("verify_greedy"),     VFY_OP("verify_t"),            VFY_OP("verify_kp"),
-    VFY_OP("verify_kp_lp"),
+    VFY_OP("verify_greedy"),     VFY_OP("verify_greedy_scalar"), VFY_OP("verify_t"),
+    VFY_OP("verify_kp"),         VFY_OP("verify_kp_lp"),
 };
