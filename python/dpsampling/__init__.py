@@ -654,9 +654,11 @@ class DpSamplingComm(_C.Comm):
         """The k best of every row over the whole vocabulary, best first, from
         this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
         indices int64 [rows, k]), the order of torch.topk and of argmax; the
-        same ranking rules as argmax. k <= 64."""
-        torch = _torch()
+        same ranking rules as argmax. 1 <= k <= 64."""
         k = _int_arg("k", k)
+        if k < 1:  # the binding's _select takes k < 0 for argmax
+            raise ValueError(f"k={k} must be >= 1 (argmax() for the best one)")
+        torch = _torch()
         rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
         dev = local_logits.device
         if out_values is None:

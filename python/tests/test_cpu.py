@@ -567,3 +567,12 @@ def test_missing_torch_says_what_to_install():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pip install 'dpsampling[torch]'" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("k", [-1, 0, -64])
+def test_topk_refuses_k_below_one(k):
+    # before any tensor or device work: a k < 0 must not reach the binding's
+    # argmax path (its _select takes k < 0 for argmax)
+    c = dpsampling.DpSamplingComm.__new__(dpsampling.DpSamplingComm)
+    with pytest.raises(ValueError, match=rf"k={k} must be >= 1"):
+        c.topk(object(), k)
