@@ -88,6 +88,19 @@ __device__ __forceinline__ int badArg(const RowP& q, uint32_t* bits) {
   return arg;
 }
 
+/* Counts an invalid call and, unless one is recorded and not yet read
+ * (dpsCommGetSampleStats), records its first bad entry (one thread). */
+__device__ void recordInvalid(dpsSampleCounters* c, long long entry, int arg, uint32_t bits) {
+  atomicAdd(&c->invalid_calls, 1ull);
+  if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
+    c->bad_row = entry;
+    c->bad_arg = arg;
+    c->bad_bits = bits;
+    __threadfence();
+    *(volatile unsigned long long*)&c->bad_seen = 1ull;
+  }
+}
+
 /* Whether the call has an invalid array entry (block-uniform). `report`:
  * this block counts the call and records the first such entry. */
 __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
@@ -108,15 +121,7 @@ __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
   if (bad != LLONG_MAX && report && threadIdx.x == 0) {
     uint32_t b = 0;
     const int arg = badArg(rowParams(a.p, bad * a.p.per_entry), &b);
-    dpsSampleCounters* c = a.s.counters;
-    atomicAdd(&c->invalid_calls, 1ull);
-    if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
-      c->bad_row = bad;
-      c->bad_arg = arg;
-      c->bad_bits = b;
-      __threadfence();
-      *(volatile unsigned long long*)&c->bad_seen = 1ull;
-    }
+    recordInvalid(a.s.counters, bad, arg, b);
   }
   __syncthreads();
   return bad != LLONG_MAX;
@@ -1466,17 +1471,8 @@ __device__ bool candidatesInvalid(const dpsSampleArgs& a, const dpsVerifyWalkArg
   }
   __syncthreads();
   const long long bad = s_bad;
-  if (bad != LLONG_MAX && threadIdx.x == 0) {
-    dpsSampleCounters* c = a.s.counters;
-    atomicAdd(&c->invalid_calls, 1ull);
-    if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
-      c->bad_row = bad;
-      c->bad_arg = DPS_SAMPLE_ARG_CANDIDATE;
-      c->bad_bits = (uint32_t)w.candidates[bad];
-      __threadfence();
-      *(volatile unsigned long long*)&c->bad_seen = 1ull;
-    }
-  }
+  if (bad != LLONG_MAX && threadIdx.x == 0)
+    recordInvalid(a.s.counters, bad, DPS_SAMPLE_ARG_CANDIDATE, (uint32_t)w.candidates[bad]);
   __syncthreads();
   return bad != LLONG_MAX;
 }
