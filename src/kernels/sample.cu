@@ -394,6 +394,45 @@ template <int C>
 struct RaceVals {
   float v[C];
 };
+
+/* The high halves' Philox words of the group of 8 holding index gi. */
+__device__ __forceinline__ void raceHighWords(u64 seed, u64 offset, uint32_t gi, uint32_t out[4]) {
+  uint32_t ctr[4];
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  dpsSampleCounter(offset, (int64_t)gi, 0u, ctr);
+  dpsPhilox4x32_10(ctr, key, out);
+}
+
+/* May the index with logit x and high half h reach wb, the bound being
+ * 65535 - h < ex2(x * A + B)? (x = -inf, NaN: no.) A bound below 2^-126
+ * flushes to 0 and fails the index only at h = 65535, where its score is
+ * more than 98 below wb (G <= 22.87): the flush never drops an index that
+ * can win. */
+__device__ __forceinline__ bool raceMayReach(float x, uint32_t h, float A, float B) {
+  const float t = fastExp2Ftz(fmaf(x, A, B));
+  const float hf = __uint_as_float(0x4B000000u | (h ^ 0xffffu)) - 8388608.f; /* 65535 - h */
+  return x > -INFINITY && !(hf >= t);
+}
+
+/* The pass mask of C values at gi0.. that do not lie in one aligned group
+ * (heads, tails, unaligned vectors): out of line, so that the hot loop
+ * holds one Philox call per vector. */
+template <int C>
+__device__ __noinline__ uint32_t racePassMaskAnyAlign(u64 seed, u64 offset, float A, float B,
+                                                      uint32_t gi0, RaceVals<C> vals) {
+  uint32_t m = 0u, cq = 0xffffffffu, w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int t = 0; t < C; ++t) {
+    if (!(vals.v[t] > -INFINITY)) continue; /* not in the race (the exact path's race) */
+    const uint32_t gi = gi0 + (uint32_t)t;
+    if ((gi >> 3) != cq) {
+      raceHighWords(seed, offset, gi, w);
+      cq = gi >> 3;
+    }
+    m |= raceMayReach(vals.v[t], dpsSampleHalf(w, gi), A, B) ? 1u << t : 0u;
+  }
+  return m;
+}
 struct Race;
 template <int C>
 __device__ __noinline__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m);
@@ -450,43 +489,30 @@ struct Race {
   }
 
   __device__ __forceinline__ void highWords(uint32_t gi, uint32_t out[4]) const {
-    uint32_t ctr[4];
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    dpsSampleCounter(offset, (int64_t)gi, 0u, ctr);
-    dpsPhilox4x32_10(ctr, key, out);
-  }
-
-  /* may the index with logit x and high half h reach wb? (x = -inf, NaN: no) */
-  __device__ __forceinline__ bool passes(float x, uint32_t h) const {
-    const float t = fastExp2(fmaf(x, A, B));
-    const float hf = __uint_as_float(0x4B000000u | (h ^ 0xffffu)) - 8388608.f; /* 65535 - h */
-    return x > -INFINITY && !(hf >= t);
+    raceHighWords(seed, offset, gi, out);
   }
 
   /* Visits v[t] at global index gi0 + t (a whole warp calls together). */
   template <int C>
   __device__ __forceinline__ void visit(uint32_t gi0, const float (&v)[C]) {
     uint32_t m = 0u;
-    if (C == 8 && (gi0 & 7u) == 0u) { /* one group of 8: one Philox call */
+    if ((C == 8 || C == 4) && (gi0 & (uint32_t)(C - 1)) == 0u) {
+      /* the C indices share one group of 8: one Philox call (fp32 vectors
+       * hold 4: the group's first or second half) */
       uint32_t w[4];
       highWords(gi0, w);
+      const bool upper = C == 4 && (gi0 & 4u) != 0u;
 #pragma unroll
       for (int t = 0; t < C; ++t) {
-        const uint32_t h = (t & 1) ? w[t >> 1] >> 16 : w[t >> 1] & 0xffffu;
-        m |= passes(v[t], h) ? 1u << t : 0u;
+        const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
+        const uint32_t h = (t & 1) ? wt >> 16 : wt & 0xffffu;
+        m |= raceMayReach(v[t], h, A, B) ? 1u << t : 0u;
       }
     } else {
-      uint32_t cq = 0xffffffffu, w[4] = {0u, 0u, 0u, 0u};
+      RaceVals<C> vals;
 #pragma unroll
-      for (int t = 0; t < C; ++t) {
-        if (!(v[t] > -INFINITY)) continue; /* not in the race (the exact path's race) */
-        const uint32_t gi = gi0 + (uint32_t)t;
-        if ((gi >> 3) != cq) {
-          highWords(gi, w);
-          cq = gi >> 3;
-        }
-        m |= passes(v[t], dpsSampleHalf(w, gi)) ? 1u << t : 0u;
-      }
+      for (int t = 0; t < C; ++t) vals.v[t] = v[t];
+      m = racePassMaskAnyAlign<C>(seed, offset, A, B, gi0, vals);
     }
     if (__any_sync(0xffffffffu, m != 0u)) { /* rare: out of line, the loop stays small */
       RaceVals<C> vals;
@@ -567,29 +593,28 @@ template <bool RACE, bool ZRAW, bool ZS>
 struct FirstVisit {
   long long col0;
   float T;
-  float tmax; /* thread maximum, NaN ignored: the top-k threshold's first pass */
   Hdr h;
   Race race;
   template <int CN>
   __device__ __forceinline__ void run(long long j0, const float (&v)[CN]) {
+    const uint32_t g0 = (uint32_t)(col0 + j0);
 #pragma unroll
     for (int t = 0; t < CN; ++t) {
+      /* selects, not branches: this runs for every element */
       const float x = v[t];
-      tmax = fmaxf(tmax, x);
-      if (!(x > -INFINITY)) continue; /* NaN, -inf: not candidates */
-      const uint32_t gi = (uint32_t)(col0 + j0 + t);
-      ++h.cnt;
-      if (x > h.lmax) { /* a thread's indices increase: ties keep the lower */
-        h.lmax = x;
-        h.aidx = gi;
-      }
-      if (ZRAW && x < INFINITY) zAdd(h.zraw, __fmul_rn(x, LOG2E_16));
-      if (ZS) {
+      const bool valid = x > -INFINITY; /* NaN, -inf: not candidates */
+      h.cnt += valid ? 1u : 0u;
+      const bool better = x > h.lmax; /* a thread's indices increase: ties keep the lower */
+      h.aidx = better ? g0 + (uint32_t)t : h.aidx;
+      h.lmax = better ? x : h.lmax;
+      if (!ZRAW && !ZS) continue;
+      if (ZRAW && valid && x < INFINITY) zAdd(h.zraw, __fmul_rn(x, LOG2E_16));
+      if (ZS && valid) {
         const float y16 = __fmul_rn(dpsSampleScore(x, T), LOG2E_16);
         if (y16 > -INFINITY && y16 < INFINITY) zAdd(h.zs, y16);
       }
     }
-    if (RACE) race.visit<CN>((uint32_t)(col0 + j0), v);
+    if (RACE) race.visit<CN>(g0, v);
   }
 };
 
@@ -600,7 +625,6 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   FirstVisit<RACE, ZRAW, ZS> f;
   f.col0 = col0;
   f.T = q.T;
-  f.tmax = -INFINITY;
   hdrInit(f.h);
   if (RACE) {
     f.race.init(q.T, q.seed, q.offset);
@@ -616,7 +640,7 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     f.h.ridx = f.race.best.i;
     f.h.rval = f.race.best.v;
   }
-  *tmax = f.tmax;
+  *tmax = f.h.lmax; /* the thread's maximum (NaN ignored): the top-k threshold's first pass */
   blockHdrReduce(f.h, out);
 }
 
@@ -1486,8 +1510,11 @@ __global__ void __launch_bounds__(WALK_THREADS) walkKernel(const __grid_constant
   if (callInvalid(a, false) || candidatesInvalid(a, w)) return;
   for (int b = threadIdx.x; b < w.pad_bs; b += blockDim.x) {
     const long long r0 = (long long)b * w.n;
-    int acc = 0;
-    while (acc + 1 < w.n && w.candidates[r0 + acc + 1] == (int32_t)a.tokens[r0 + acc]) ++acc;
+    /* the first draft that differs from the token before it; the loads do
+     * not depend on each other (one round trip, not one per accepted draft) */
+    int acc = w.n - 1;
+    for (int i = w.n - 2; i >= 0; --i)
+      if (w.candidates[r0 + i + 1] != (int32_t)a.tokens[r0 + i]) acc = i;
     for (int i = 0; i < w.n; ++i) {
       const bool kept = i <= acc;
       w.predict[r0 + i] = kept ? (int32_t)a.tokens[r0 + i] : 0;

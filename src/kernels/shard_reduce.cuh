@@ -71,6 +71,14 @@ __device__ __forceinline__ float fastExp2(float x) {
   return y;
 }
 
+/* 2^x with results below 2^-126 flushed to 0 (ex2.approx.ftz: one
+ * instruction; the non-ftz form scales around it). */
+__device__ __forceinline__ float fastExp2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* -0.0 counts as +0.0 (equal values: the lower index wins, as in argmax). */
 __device__ __forceinline__ uint32_t orderKey(float v) {
   const uint32_t u = __float_as_uint(noNan(v) + 0.0f);
