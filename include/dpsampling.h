@@ -544,7 +544,10 @@ typedef struct {
 } dpsCollectives_t;
 
 /* Installs `table` (copied; NULL restores NCCL). A NULL function pointer in
- * the table means "use NCCL for this one". Not a collective. */
+ * the table means "use NCCL for this one". Not a collective. Only the nccl
+ * backend uses collectives: a table for a communicator of another backend
+ * (onesided) is dpsUnavailable naming the backend, and nothing is installed
+ * (NULL is accepted on every backend). */
 DPS_API dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
 
 /* The default collectives themselves, over any NCCL communicator (e.g. for a

@@ -191,15 +191,11 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   dpsResult_t local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
   if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
 
-  /* auto resolves to onesided when its probe says the group can run it */
-  const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
-  const int reachable = os != NULL && os->available(comm);
+  /* every backend's probe; auto takes the table's pick among them */
+  const unsigned avail = dpsBackendsAvailable(comm);
   comm->backend = (dpsBackend_t)-1;
-  if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
+  if (local == dpsSuccess) local = dpsResolveBackendIn(config->backend, avail, &comm->backend);
   const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
-  if (local == dpsSuccess && be == NULL)
-    local = dpsSetError(dpsInternalError, "backend %s has no implementation",
-                        dpsBackendName(comm->backend));
   if (ops == NULL && be != NULL) ops = be->ops;
   if (local == dpsSuccess && ops->preload) local = ops->preload();
   if (local == dpsSuccess) local = provider->device->init(comm);
@@ -209,14 +205,17 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   comm->ops = ops;
   res = ops->init(comm);
   /* dpsUnavailable from a backend's init is agreed by every rank (e.g. no
-   * symmetric memory for onesided): auto falls back to nccl */
-  if (res == dpsUnavailable && config->backend == dpsBackendAuto &&
-      comm->backend == dpsBackendOnesided && ops == be->ops) {
-    dpsLog(DPS_LOG_INFO, "rank %d: backend=auto: onesided is unavailable (%s); using nccl",
-           config->rank, dpsGetLastError());
+   * symmetric memory for onesided): auto falls back along the table */
+  const dpsBackendEntry* next = be;
+  while (res == dpsUnavailable && config->backend == dpsBackendAuto && ops == be->ops &&
+         (next = dpsBackendFallback(be)) != NULL) {
+    dpsLog(DPS_LOG_INFO, "rank %d: backend=auto: %s is unavailable (%s); using %s", config->rank,
+           be->name, dpsGetLastError(), next->name);
     if (ops->destroy) ops->destroy(comm);
-    comm->backend = dpsBackendNccl;
-    res = initBackend(comm, dpsBackendLookup(dpsBackendNccl)->ops);
+    be = next;
+    comm->backend = be->id;
+    ops = be->ops;
+    res = initBackend(comm, ops);
   }
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {
@@ -224,10 +223,10 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
     if (res != dpsSuccess) goto fail;
   }
   dpsLog(DPS_LOG_INFO,
-         "rank %d/%d device %d: backend=%s (requested %s, onesided reachable=%d, provider %s) "
+         "rank %d/%d device %d: backend=%s (requested %s, available mask 0x%x, provider %s) "
          "max_pad_bs=%d N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
          config->rank, config->tp_size, device, dpsBackendName(comm->backend),
-         dpsBackendName(config->backend), reachable, provider->name, config->max_pad_bs,
+         dpsBackendName(config->backend), avail, provider->name, config->max_pad_bs,
          config->num_tokens_per_req, config->vocab_size, dpsDataTypeName(comm->dtype),
          comm->timeout_ms, comm->initialized ? "" : " (buffers for the logits dtype deferred)");
   dpsClearError();
@@ -399,6 +398,14 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error) {
 
 dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommSetCollectives: comm is NULL");
+  const dpsBackendEntry* e = dpsBackendLookup(comm->backend);
+  if (table != NULL && (e == NULL || !e->uses_collectives))
+    return dpsSetError(dpsUnavailable,
+                       "dpsCommSetCollectives: the communicator runs the %s backend, which uses no "
+                       "collectives (%s): the table would never be called. Only the nccl backend "
+                       "uses them (request backend nccl, or leave the defaults)",
+                       dpsBackendName(comm->backend),
+                       e != NULL && e->no_collectives_why ? e->no_collectives_why : "none");
   if (table == NULL) memset(&comm->coll, 0, sizeof comm->coll);
   else comm->coll = *table;
   return dpsSuccess;

@@ -152,6 +152,14 @@ static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value
 
 dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
                               dpsBackend_t* resolved) {
+  /* the backends without a probe run anywhere; onesided as the caller says */
+  unsigned mask = dpsBackendsAvailable(NULL);
+  if (onesided_available) mask |= DPS_BACKEND_BIT(dpsBackendOnesided);
+  return dpsResolveBackendIn(requested, mask, resolved);
+}
+
+dpsResult_t dpsResolveBackendIn(dpsBackend_t requested, unsigned available,
+                                dpsBackend_t* resolved) {
   if (resolved == NULL) return dpsSetError(dpsInvalidArgument, "dpsResolveBackend: resolved is NULL");
   if (!validBackend(requested))
     return dpsSetError(dpsInvalidArgument,
@@ -176,16 +184,25 @@ dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
     want = env2;
     source = kAlias;
   }
+  /* auto walks the table: the available backend of the highest priority */
+  const dpsBackendEntry* pick = dpsBackendPickAuto(available);
   if (want == dpsBackendAuto) {
-    *resolved = onesided_available ? dpsBackendOnesided : dpsBackendNccl;
+    if (pick == NULL)
+      return dpsSetError(dpsUnavailable, "backend 'auto' (%s): no backend is available", source);
+    *resolved = pick->id;
     return dpsSuccess;
   }
-  if (want == dpsBackendOnesided && !onesided_available)
+  const dpsBackendEntry* e = dpsBackendLookup(want);
+  if (e == NULL)
+    return dpsSetError(dpsInternalError, "backend %s has no implementation", dpsBackendName(want));
+  if (!(available & DPS_BACKEND_BIT(want))) {
+    const char* alt = pick != NULL ? pick->name : "auto";
     return dpsSetError(dpsUnavailable,
-                       "backend 'onesided' (%s) is not available: not every rank of the group is "
-                       "load/store reachable over NVLink (NCCL LSA team) or symmetric memory is "
-                       "unsupported; request 'auto' or 'nccl', or set DPSAMPLING_BACKEND=nccl",
-                       source);
+                       "backend '%s' (%s) is not available: %s; request 'auto' or '%s', or set "
+                       "DPSAMPLING_BACKEND=%s",
+                       e->name, source, e->unavailable_why ? e->unavailable_why : "its probe failed",
+                       alt, alt);
+  }
   *resolved = want;
   return dpsSuccess;
 }

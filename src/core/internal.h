@@ -170,17 +170,48 @@ typedef struct dpsBackendOps {
   dpsResult_t (*records)(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream);
 } dpsBackendOps;
 
-/* The registry (backends/registry.c): one entry per resolved backend. */
+/* The registry (backends/registry.c): one entry per resolved backend. The
+ * core asks the table, never a backend by name: which backends can run here,
+ * which one `auto` picks, whether an operation may block the host, whether
+ * dpsCommSetCollectives applies. Adding a backend is one entry there (and
+ * its enum value in the public header). */
 typedef struct {
   dpsBackend_t id;
   const char* name;
-  /* Whether the backend can run on the communicator's group (local probe). */
+  /* `auto` picks the available entry of the highest priority. */
+  int auto_priority;
+  /* Whether the backend can run on the communicator's group (a local
+   * probe; the ranks agree on the resolved backend afterwards). NULL:
+   * wherever the group runs, on every rank alike (a fallback candidate). */
   int (*available)(dpsComm_t comm);
+  /* Why `available` can say no (in the message of an explicit request). */
+  const char* unavailable_why;
+  /* Whether an operation of a prepared communicator may block the host
+   * (dpsCommOpMayBlock). */
+  int may_block;
+  /* Whether the operations go through the replaceable collectives
+   * (dpsCommSetCollectives); else why not (in its message). */
+  int uses_collectives;
+  const char* no_collectives_why;
   const dpsBackendOps* ops;
 } dpsBackendEntry;
 /* The entry of a resolved backend (dpsBackendNccl, dpsBackendOnesided), or NULL. */
 const dpsBackendEntry* dpsBackendLookup(dpsBackend_t id);
-
+/* The set of backends as a mask: bit (1u << id). */
+#define DPS_BACKEND_BIT(id) (1u << (unsigned)(id))
+/* Every entry whose probe says it can run on comm's group (comm NULL: only
+ * those without a probe). */
+unsigned dpsBackendsAvailable(dpsComm_t comm);
+/* What `auto` resolves to among the backends of `mask`: the entry of the
+ * highest priority, or NULL when the mask holds none. */
+const dpsBackendEntry* dpsBackendPickAuto(unsigned mask);
+/* auto's fallback after `failed` reported dpsUnavailable at its (agreed)
+ * initialization: the next entry by priority whose availability needs no
+ * probe, so every rank takes the same one without another agreement; NULL
+ * when none is left. */
+const dpsBackendEntry* dpsBackendFallback(const dpsBackendEntry* failed);
+/* dpsResolveBackend with the availability of every backend as a mask. */
+dpsResult_t dpsResolveBackendIn(dpsBackend_t requested, unsigned available, dpsBackend_t* resolved);
 
 /* ---- the communicator ---------------------------------------------------- */
 #define DPS_MAX_CAPTURES 8 /* streams remembered as capturing this communicator's work */

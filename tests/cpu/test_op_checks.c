@@ -607,8 +607,66 @@ static int testOpMayBlock(void) {
   return 0;
 }
 
+static dpsResult_t neverGather(void* ctx, const void* s, void* r, size_t b, cudaStream_t st) {
+  (void)ctx, (void)s, (void)r, (void)b, (void)st;
+  return dpsInternalError;
+}
+
+/* dpsCommSetCollectives: the table is the nccl backend's; onesided uses no
+ * collectives, so a table for it is dpsUnavailable naming the backend (it
+ * was accepted and never called before), installs nothing, and NULL (the
+ * defaults) is accepted on both. */
+static int testSetCollectives(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  const dpsCollectives_t table = {(void*)in_buf, neverGather, NULL};
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_ERR(dpsCommSetCollectives(comm, &table), dpsUnavailable, "onesided backend");
+  FX_CHECK(strstr(dpsGetLastError(), "uses no collectives") != NULL, "message: %s",
+           dpsGetLastError());
+  FX_CHECK(comm->coll.all_gather == NULL && comm->coll.ctx == NULL, "table installed anyway");
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsCommSetCollectives(comm, &table));
+  FX_CHECK(comm->coll.all_gather == neverGather && comm->coll.ctx == (void*)in_buf,
+           "table not installed");
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
+  FX_CHECK(comm->coll.all_gather == NULL, "NULL did not restore the defaults");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+/* The registry decides what the core asks: every backend has an entry,
+ * auto picks the available entry of the highest priority, the fallback
+ * needs no probe, may_block and uses_collectives as the backends behave. */
+static int testRegistry(void) {
+  const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
+  const dpsBackendEntry* nc = dpsBackendLookup(dpsBackendNccl);
+  FX_CHECK(os != NULL && nc != NULL && dpsBackendLookup(dpsBackendAuto) == NULL, "entries");
+  FX_CHECK(strcmp(os->name, dpsBackendName(os->id)) == 0 &&
+               strcmp(nc->name, dpsBackendName(nc->id)) == 0,
+           "names");
+  FX_CHECK(dpsBackendsAvailable(NULL) == DPS_BACKEND_BIT(dpsBackendNccl), "unprobed: 0x%x",
+           dpsBackendsAvailable(NULL));
+  const unsigned both = DPS_BACKEND_BIT(dpsBackendNccl) | DPS_BACKEND_BIT(dpsBackendOnesided);
+  FX_CHECK(dpsBackendPickAuto(both) == os, "auto with both");
+  FX_CHECK(dpsBackendPickAuto(DPS_BACKEND_BIT(dpsBackendNccl)) == nc, "auto with nccl");
+  FX_CHECK(dpsBackendPickAuto(0) == NULL, "auto with none");
+  FX_CHECK(dpsBackendFallback(os) == nc && dpsBackendFallback(nc) == NULL, "fallbacks");
+  FX_CHECK(!os->may_block && nc->may_block, "may_block");
+  FX_CHECK(!os->uses_collectives && nc->uses_collectives, "uses_collectives");
+  dpsBackend_t b = (dpsBackend_t)-7;
+  FX_CHECK_ERR(dpsResolveBackendIn(dpsBackendAuto, 0, &b), dpsUnavailable, "no backend");
+  FX_CHECK(b == (dpsBackend_t)-7, "written on error");
+  return 0;
+}
+
 int main(void) {
   int fails = 0;
+  fails += testSetCollectives();
+  fails += testRegistry();
   fails += testTimeoutEnv();
   fails += testSwapChecks();
   fails += testGatherChecks();

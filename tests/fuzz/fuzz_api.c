@@ -826,6 +826,10 @@ static void opSetCollectives(Rd* r, Model* m, dpsComm_t comm) {
   const dpsCollectives_t* tp = (b & 1) ? NULL : &t;
   Reasons rs = {0};
   if (!m->live) addReason(&rs, dpsInvalidArgument, "comm is NULL");
+  /* only the nccl backend uses collectives: a table for another is refused */
+  else if (tp && m->backend != dpsBackendNccl)
+    addReason(&rs, dpsUnavailable, "runs the %s backend, which uses no collectives",
+              dpsBackendName(m->backend));
   const Counts before = counts();
   dpsClearError();
   dpsResult_t got = dpsCommSetCollectives(comm, tp);
