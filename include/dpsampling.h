@@ -84,7 +84,8 @@ typedef enum {
   dpsUnavailable = 3,     /* the requested backend cannot run on this group */
   dpsCudaError = 4,       /* a CUDA runtime call failed */
   dpsNcclError = 5,       /* an NCCL call failed */
-  dpsSystemError = 6,     /* out of host or device memory, or another system failure */
+  dpsSystemError = 6,     /* out of host or device memory, another system failure, or another
+                             rank failed a step of creation or prepare (its error says why) */
   dpsTimeout = 7,         /* a peer did not arrive within the timeout; the communicator is unusable */
   dpsInternalError = 8,
   dpsNumResults = 9

@@ -386,7 +386,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   const int64_t myKey = pciKey(comm->device);
   if (myKey < 0 && before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
   for (int r = 0; r < st->tp; ++r) vals[3 + r] = r == st->rank ? myKey : INT64_MAX;
-  DPS_CHECK(dpsAgreeMin(comm, vals, 3 + st->tp));
+  DPS_CHECK(dpsAgreeMin(comm, dpsSuccess, "onesided settings", vals, 3 + st->tp));
   st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
   st->ll_bytes = (uint64_t)vals[1];
   /* A gather block waits for lines its peers' same-numbered block stores,
@@ -407,7 +407,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
     proto = DPS_OS_PROTO_LL;
   }
   const int64_t asked = proto;
-  DPS_CHECK(dpsAgreeMin(comm, &proto, 1));
+  DPS_CHECK(dpsAgreeMin(comm, dpsSuccess, "the onesided gather protocol", &proto, 1));
   st->gproto = (int)proto;
   if (asked != proto)
     dpsLog(DPS_LOG_WARN,
@@ -466,29 +466,21 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
   size_t esize = dpsDataTypeSize(comm->dtype);
   if (esize == 0)
     return dpsSetError(dpsInternalError, "onesided: prepare with dtype=%d", (int)comm->dtype);
-  /* Local part first (sizes, window B's memory), then one exchange of
-   * {dtype, -dtype, ok}: the swap window is sized by the dtype and peers
-   * store into it, so every rank must fix the same one (the first swap or
-   * prepare decides it), and a rank that ran out of memory must not leave
-   * the others in the collective registration. */
+  /* Local part first (sizes, window B's memory), then one agreement on
+   * every rank's status and {dtype, -dtype}: the swap window is sized by the
+   * dtype and peers store into it, so every rank must fix the same one (the
+   * first swap or prepare decides it), and a rank that ran out of memory
+   * must not leave the others in the collective registration. */
   dpsResult_t local = dpsOsLayoutPrepare(&st->lay, esize);
   if (local == dpsSuccess) local = comm->prov->sym_alloc(comm, &st->b, st->lay.bytes_b, "swap output");
-  char msg[512] = "";
-  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
-  int64_t x[3] = {(int64_t)comm->dtype, -(int64_t)comm->dtype, local == dpsSuccess ? 1 : 0};
-  dpsResult_t r = dpsAgreeMin(comm, x, 3);
-  if (r == dpsSuccess && local != dpsSuccess) r = dpsSetError(local, "%s", msg);
+  int64_t x[2] = {(int64_t)comm->dtype, -(int64_t)comm->dtype};
+  dpsResult_t r = dpsAgreeMin(comm, local, "preparing the swap window", x, 2);
   if (r == dpsSuccess && x[0] != -x[1])
     r = dpsSetError(dpsInvalidUsage,
                     "onesided: the ranks fixed different logits dtypes (this rank %s, others "
                     "%s..%s); every rank must prepare or swap with the same dtype",
                     dpsDataTypeName(comm->dtype), dpsDataTypeName((dpsDataType_t)x[0]),
                     dpsDataTypeName((dpsDataType_t)-x[1]));
-  if (r == dpsSuccess && x[2] == 0)
-    r = dpsSetError(dpsSystemError,
-                    "onesided rank %d: preparing the swap window failed on another rank (see that "
-                    "rank's error); every rank fails",
-                    st->rank);
   if (r != dpsSuccess) {
     comm->prov->sym_free(comm, &st->b); /* memory only: nothing was registered */
     return r;

@@ -92,39 +92,25 @@ dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
 
 /* Every rank must agree on the shape and the backend, or the first
  * collective would hang or corrupt: compare them once, at creation. The
- * exchange also carries each rank's local status (`local`: the outcome of its
- * own checks, e.g. an invalid environment value), so that a rank failing on
- * its own makes every rank fail here instead of leaving them waiting in a
- * later collective. A failing rank keeps its own message. */
+ * exchange (dpsAgree) also carries each rank's local status (`local`: the
+ * outcome of its own checks, e.g. an invalid environment value), so that a
+ * rank failing on its own makes every rank fail here instead of leaving
+ * them waiting in a later collective. A failing rank keeps its own message. */
 static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
-  enum { K = 8, STATUS = 7 };
+  enum { K = 7, BACKEND = 4 };
   const int tp = comm->config.tp_size;
-  int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
-                     comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
-                     (int64_t)comm->backend, comm->timeout_ms, comm->config.max_topk,
-                     (int64_t)local};
+  const int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
+                           comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
+                           (int64_t)comm->backend, comm->timeout_ms, comm->config.max_topk};
   static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
-                                 "logits_dtype", "backend", "timeout_ms", "max_topk", "status"};
-  if (tp == 1) return local;
+                                 "logits_dtype", "backend", "timeout_ms", "max_topk"};
   int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
   if (all == NULL) return dpsSetError(dpsSystemError, "out of host memory");
-  char msg[512] = "";
-  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
-  dpsResult_t res = comm->prov->exchange(comm, mine, all, K);
-  if (local != dpsSuccess) {
-    res = dpsSetError(local, "%s", msg); /* this rank's own message stays the last error */
-    goto out;
-  }
+  dpsResult_t res = dpsAgree(comm, local, "creation (its local checks)", mine, K, all);
   for (int r = 0; r < tp && res == dpsSuccess; ++r)
-    if (all[r * K + STATUS] != dpsSuccess)
-      res = dpsSetError(dpsInvalidUsage,
-                        "rank %d failed its own checks during creation with %s (its error "
-                        "message says why); every rank fails",
-                        r, dpsGetErrorString((dpsResult_t)all[r * K + STATUS]));
-  for (int r = 0; r < tp && res == dpsSuccess; ++r)
-    for (int k = 0; k < STATUS; ++k)
+    for (int k = 0; k < K; ++k)
       if (all[r * K + k] != mine[k]) {
-        if (k == 4)
+        if (k == BACKEND)
           res = dpsSetError(dpsInvalidUsage,
                             "ranks disagree on the backend: rank %d resolved '%s', rank %d '%s' "
                             "(check DPSAMPLING_BACKEND on every rank)",
@@ -136,7 +122,6 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
                             comm->config.rank, names[k], mine[k], r, names[k], all[r * K + k]);
         break;
       }
-out:
   free(all);
   return res;
 }
