@@ -212,7 +212,12 @@ DPS_API dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
  * vocab_size, logits_dtype, effective timeout and resolved backend (checked:
  * a disagreement fails creation on every rank, naming both values). A rank
  * whose environment, backend choice or kernel loading fails makes every rank
- * fail with it; but a config rejected by dpsConfigCheck, or an NCCL
+ * fail with it (that rank with its own status; the others dpsSystemError,
+ * "failed on another rank", or dpsUnavailable when every failure was
+ * dpsUnavailable). Every DPSAMPLING_* variable is read here, whichever
+ * backend resolves: one set to an invalid value fails creation with
+ * dpsInvalidArgument naming the variable and its value (the table: docs/api.md,
+ * "Environment variables"). But a config rejected by dpsConfigCheck, or an NCCL
  * communicator that does not match it, fails before any collective and
  * leaves the other ranks waiting in NCCL, which has no timeout: check configs
  * first. Creates the library's own NCCL communicator (destroyed by

@@ -29,7 +29,8 @@
  * uses the LL path; default 256 KiB; 0 = always the direct path), the
  * gathers' block size (DPSAMPLING_ONESIDED_GATHER_THREADS) and the gathers'
  * protocol: LL, or LL128 on request where every rank reaches every peer over
- * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO).
+ * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO). The variables are read and
+ * checked by the core at creation (comm->env, core/config.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,9 +43,11 @@
 #include "kernels/onesided_kernels.h"
 #include "onesided_plan.h"
 
-#define OS_DEFAULT_LL_BYTES (256u * 1024u)
-#define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
 _Static_assert(DPS_OS_MAX_RANKS <= DPS_PROVIDER_MAX_RANKS, "peer tables");
+_Static_assert(DPS_ENV_GATHER_THREADS_DEFAULT == DPS_OS_GATHER_THREADS &&
+                   DPS_ENV_GATHER_THREADS_MAX == DPS_OS_GATHER_THREADS_MAX,
+               "DPSAMPLING_ONESIDED_GATHER_THREADS's range");
+_Static_assert(DPS_OS_PROTO_LL == 0 && DPS_OS_PROTO_LL128 == 1, "comm->env.os_gather_ll128");
 
 typedef struct {
   int tp, rank, n;
@@ -208,72 +211,6 @@ static void osDestroy(dpsComm_t comm) {
   comm->local_max_blocks = 0;
 }
 
-static uint64_t envLLBytes(void) {
-  uint64_t v = OS_DEFAULT_LL_BYTES;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_LL_BYTES", &v) < 0) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_LL_BYTES='%s' is not a byte count; using %u",
-           getenv("DPSAMPLING_ONESIDED_LL_BYTES"), OS_DEFAULT_LL_BYTES);
-    return OS_DEFAULT_LL_BYTES;
-  }
-  return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
-}
-
-/* DPSAMPLING_ONESIDED_MAX_BLOCKS: the most blocks any onesided kernel of
- * this communicator runs (default: the SM count; the swap's blocks must all
- * be resident at once). Fewer leave SMs to work that overlaps ours, and let
- * several ranks share one GPU (the virtual-rank tests). Agreed at creation
- * (the smallest asked). */
-static int64_t envMaxBlocks(int sms) {
-  uint64_t v = (uint64_t)sms;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_MAX_BLOCKS", &v) < 0 || v < 1) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_MAX_BLOCKS='%s' is not a positive count; using %d",
-           getenv("DPSAMPLING_ONESIDED_MAX_BLOCKS"), sms);
-    return sms;
-  }
-  return v < (uint64_t)sms ? (int64_t)v : sms;
-}
-
-/* DPSAMPLING_PDL: 1 (default) launches the kernels with programmatic
- * dependent launch (kernels/launch.cuh), 0 with plain stream order. Local:
- * it changes no protocol, so ranks need not agree. */
-static int envPdl(void) {
-  uint64_t v = 1;
-  if (dpsEnvUint("DPSAMPLING_PDL", &v) < 0 || v > 1) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_PDL='%s' is neither 0 nor 1; using 1", getenv("DPSAMPLING_PDL"));
-    return 1;
-  }
-  return (int)v;
-}
-
-/* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
- * of 32 in [32, 1024] (default 256). A thread owns one LL line, or an eighth
- * of an LL128 line, per call, so fewer, larger blocks trade block count for
- * block size. Agreed at creation (the smallest asked). */
-static int envGatherThreads(void) {
-  uint64_t v = DPS_OS_GATHER_THREADS;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_GATHER_THREADS", &v) < 0 || v < 32 ||
-      v > DPS_OS_GATHER_THREADS_MAX || v % 32 != 0) {
-    dpsLog(DPS_LOG_WARN,
-           "DPSAMPLING_ONESIDED_GATHER_THREADS='%s' is not a multiple of 32 in [32, %d]; using %d",
-           getenv("DPSAMPLING_ONESIDED_GATHER_THREADS"), DPS_OS_GATHER_THREADS_MAX,
-           DPS_OS_GATHER_THREADS);
-    return DPS_OS_GATHER_THREADS;
-  }
-  return (int)v;
-}
-
-/* DPSAMPLING_ONESIDED_GATHER_PROTO: "ll" (default) or "ll128". On 2 x H200
- * LL128 measured 0.18-0.75 us slower than LL for every gather up to
- * pad_bs 512 x N 8 (docs/performance.md), hence opt-in. The ranks agree on the minimum,
- * so LL128 runs only if every rank asks for it and verifies NVLink. */
-static int envGatherProto(void) {
-  const char* v = getenv("DPSAMPLING_ONESIDED_GATHER_PROTO");
-  if (v == NULL || *v == '\0' || strcmp(v, "ll") == 0) return DPS_OS_PROTO_LL;
-  if (strcmp(v, "ll128") == 0) return DPS_OS_PROTO_LL128;
-  dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_GATHER_PROTO='%s' is neither ll nor ll128; using ll", v);
-  return DPS_OS_PROTO_LL;
-}
-
 /* The PCI address of a device as one number (-1 if unknown). */
 static int64_t pciKey(int dev) {
   int dom = 0, bus = 0, slot = 0;
@@ -375,12 +312,14 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   int sms = 0, major = 0;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
-  /* {SM count, LL threshold, gather block size, PCI address of every rank
-   * (others' slots at INT64_MAX, so the min fills them in)} */
+  /* {grid cap (DPSAMPLING_ONESIDED_MAX_BLOCKS, at most the SM count), LL
+   * threshold, gather block size, PCI address of every rank (others' slots
+   * at INT64_MAX, so the min fills them in)} */
+  const dpsEnv* env = &comm->env;
   int64_t vals[3 + DPS_OS_MAX_RANKS];
-  vals[0] = envMaxBlocks(sms);
-  vals[1] = (int64_t)envLLBytes();
-  const int askedThreads = envGatherThreads();
+  vals[0] = env->os_max_blocks > 0 && env->os_max_blocks < sms ? env->os_max_blocks : sms;
+  vals[1] = (int64_t)env->os_ll_bytes;
+  const int askedThreads = env->os_gather_threads;
   vals[2] = askedThreads;
   const cudaError_t before = cudaPeekAtLastError();
   const int64_t myKey = pciKey(comm->device);
@@ -398,7 +337,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
            "asked by any rank)",
            st->rank, askedThreads, st->gthreads);
   /* Gather protocol: LL128 only where validated (sm_90+, NVLink). */
-  int64_t proto = envGatherProto();
+  int64_t proto = env->os_gather_ll128 ? DPS_OS_PROTO_LL128 : DPS_OS_PROTO_LL;
   if (proto == DPS_OS_PROTO_LL128 && !(major >= 9 && nvlinkToAllPeers(st, comm->device, vals + 3))) {
     dpsLog(DPS_LOG_WARN,
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 needs sm_90+ and every peer's "
@@ -414,7 +353,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 here, but another rank asked "
            "for or could only verify ll: every rank uses ll",
            st->rank);
-  st->pdl = envPdl();
+  st->pdl = env->pdl;
   if (st->pdl) {
     /* A kernel launched with PDL that was not compiled with the wait would
      * read its inputs before the previous kernel finished: never do that. */

@@ -10,8 +10,6 @@
 #include "internal.h"
 #include "provider.h"
 
-#define DPS_DEFAULT_TIMEOUT_MS 5000
-
 /* ---- devices ------------------------------------------------------------- */
 dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device) {
   g->switched = 0;
@@ -65,28 +63,6 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* id) {
   DPS_NCCL_CHECK(ncclGetUniqueId(&nid));
   memset(id, 0, sizeof *id);
   memcpy(id->internal, &nid, sizeof nid);
-  return dpsSuccess;
-}
-
-/* The effective one-sided timeout: config, else DPSAMPLING_TIMEOUT_MS (a
- * whole number of milliseconds, digits only), else the default. */
-dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
-  if (config->timeout_ms > 0) {
-    *ms = config->timeout_ms;
-    return dpsSuccess;
-  }
-  uint64_t val = 0;
-  const int got = dpsEnvUint("DPSAMPLING_TIMEOUT_MS", &val);
-  if (got == 0) {
-    *ms = DPS_DEFAULT_TIMEOUT_MS;
-    return dpsSuccess;
-  }
-  if (got < 0 || !dpsTimeoutMsInRange(val))
-    return dpsSetError(dpsInvalidArgument,
-                       "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
-                       "[1, 86400000]",
-                       getenv("DPSAMPLING_TIMEOUT_MS"));
-  *ms = (int)val;
   return dpsSuccess;
 }
 
@@ -173,8 +149,9 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   /* Local checks record their failure in `local` instead of returning: the
    * agreement exchange below must still happen on every rank. */
   dpsResult_t res = dpsSuccess;
-  dpsResult_t local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
-  if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
+  comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
+  dpsResult_t local = dpsReadEnv(&comm->env);
+  if (local == dpsSuccess) local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
 
   /* every backend's probe; auto takes the table's pick among them */
   const unsigned avail = dpsBackendsAvailable(comm);

@@ -85,6 +85,29 @@ int dpsEnvUint(const char* name, uint64_t* value);
  * reads NCCL_CUMEM_ENABLE / NCCL_WIN_ENABLE). */
 int dpsEnvIsZero(const char* name);
 
+/* Every DPSAMPLING_* variable but the backend override (dpsResolveBackend),
+ * read and checked at each creation before the agreement, whichever
+ * backend resolves: a value that is set and invalid fails creation with
+ * dpsInvalidArgument naming the variable and its value, on every rank (the
+ * others: another rank failed). Unset or empty: the default. The table:
+ * docs/api.md, "Environment variables". */
+#define DPS_DEFAULT_TIMEOUT_MS 5000
+#define DPS_ENV_LL_BYTES_DEFAULT (256u * 1024u)
+#define DPS_ENV_LL_BYTES_MAX (16u * 1024u * 1024u)
+#define DPS_ENV_GATHER_THREADS_DEFAULT 256
+#define DPS_ENV_GATHER_THREADS_MAX 1024
+#define DPS_ENV_SELECT_SPLIT_MAX 8
+typedef struct {
+  int timeout_ms;        /* DPSAMPLING_TIMEOUT_MS; 0: unset */
+  uint64_t os_ll_bytes;  /* DPSAMPLING_ONESIDED_LL_BYTES, at most DPS_ENV_LL_BYTES_MAX */
+  int os_max_blocks;     /* DPSAMPLING_ONESIDED_MAX_BLOCKS; 0: unset (the SM count) */
+  int os_gather_ll128;   /* DPSAMPLING_ONESIDED_GATHER_PROTO: 0 ll, 1 ll128 */
+  int os_gather_threads; /* DPSAMPLING_ONESIDED_GATHER_THREADS */
+  int pdl;               /* DPSAMPLING_PDL */
+  int select_split;      /* DPSAMPLING_SELECT_SPLIT */
+} dpsEnv;
+dpsResult_t dpsReadEnv(dpsEnv* env);
+
 /* ---- limits (core/config.c), checked once, in 64 bits ------------------- */
 /* The longest one-sided timeout, from the config or DPSAMPLING_TIMEOUT_MS:
  * one day. */
@@ -222,6 +245,7 @@ struct dpsComm {
   dpsDataType_t dtype;    /* fixed logits dtype, or dpsDtypeUnset */
   int device;             /* CUDA ordinal */
   int timeout_ms;
+  dpsEnv env;             /* the environment, read at creation */
   int initialized;        /* every persistent buffer exists */
   /* A dpsResult_t once the communicator broke (first error wins). Atomic:
    * dpsCommGetAsyncError may run on another thread than the operations. */
@@ -377,7 +401,8 @@ dpsResult_t dpsCommHealth(dpsComm_t comm);
 /* The backend's, then the group's asynchronous error (non-blocking). */
 dpsResult_t dpsCommAsyncError(dpsComm_t comm);
 
-/* The effective one-sided timeout of a config (core/comm.c). */
+/* The effective one-sided timeout of a config: config, else
+ * DPSAMPLING_TIMEOUT_MS, else DPS_DEFAULT_TIMEOUT_MS (core/config.c). */
 dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
 
 /* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */

@@ -402,6 +402,77 @@ static int testTimeoutEnv(void) {
   return 0;
 }
 
+/* One policy for every environment variable (docs/api.md, "Environment
+ * variables"): set to an invalid value, it fails creation with
+ * dpsInvalidArgument naming the variable and its value, whichever backend;
+ * nothing is written. Valid values reach comm->env. */
+static int testEnvPolicy(void) {
+  static const struct {
+    const char* var;
+    const char* bad;
+  } kBad[] = {
+      {"DPSAMPLING_BACKEND", "fast"},
+      {"TOKENSPEED_DP_SAMPLING_BACKEND", "fast"},
+      {"DPSAMPLING_DEBUG", "verbose"},
+      {"DPSAMPLING_TIMEOUT_MS", "soon"},
+      {"DPSAMPLING_ONESIDED_LL_BYTES", "1k"},
+      {"DPSAMPLING_ONESIDED_MAX_BLOCKS", "0"},
+      {"DPSAMPLING_ONESIDED_GATHER_PROTO", "LL128"},
+      {"DPSAMPLING_ONESIDED_GATHER_THREADS", "48"},
+      {"DPSAMPLING_ONESIDED_GATHER_THREADS", "2048"},
+      {"DPSAMPLING_PDL", "2"},
+      {"DPSAMPLING_SELECT_SPLIT", "9"},
+      {"DPSAMPLING_SELECT_SPLIT", "-1"},
+  };
+  const dpsBackend_t backends[2] = {dpsBackendNccl, dpsBackendOnesided};
+  dpsConfig_t cfg = config(dpsBfloat16);
+  cfg.timeout_ms = 40; /* a config timeout does not hide a bad DPSAMPLING_TIMEOUT_MS */
+  for (size_t i = 0; i < sizeof kBad / sizeof kBad[0]; ++i)
+    for (int b = 0; b < 2; ++b) {
+      setenv(kBad[i].var, kBad[i].bad, 1);
+      char want[128];
+      snprintf(want, sizeof want, "%s='%s'", kBad[i].var, kBad[i].bad);
+      dpsComm_t comm = SENTINEL;
+      memset(&rec, 0, sizeof rec);
+      FX_CHECK_ERR(dpsTestCommCreateHost(&comm, &cfg, backends[b], &kFake), dpsInvalidArgument,
+                   want);
+      FX_CHECK(comm == SENTINEL && rec.init == 0, "%s: comm written or backend initialized", want);
+      unsetenv(kBad[i].var);
+    }
+  /* valid values, each as the backends read it */
+  setenv("DPSAMPLING_DEBUG", "warn", 1);
+  setenv("DPSAMPLING_ONESIDED_LL_BYTES", "99999999", 1); /* above the cap: capped */
+  setenv("DPSAMPLING_ONESIDED_MAX_BLOCKS", "4", 1);
+  setenv("DPSAMPLING_ONESIDED_GATHER_PROTO", "ll128", 1);
+  setenv("DPSAMPLING_ONESIDED_GATHER_THREADS", "64", 1);
+  setenv("DPSAMPLING_PDL", "0", 1);
+  setenv("DPSAMPLING_SELECT_SPLIT", "1", 1);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
+  const dpsEnv* e = &comm->env;
+  FX_CHECK(e->os_ll_bytes == 16u << 20 && e->os_max_blocks == 4 && e->os_gather_ll128 == 1 &&
+               e->os_gather_threads == 64 && e->pdl == 0 && e->select_split == 1,
+           "env read as ll %llu blocks %d ll128 %d threads %d pdl %d split %d",
+           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
+           e->os_gather_threads, e->pdl, e->select_split);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  const char* set[] = {"DPSAMPLING_DEBUG", "DPSAMPLING_ONESIDED_LL_BYTES",
+                       "DPSAMPLING_ONESIDED_MAX_BLOCKS", "DPSAMPLING_ONESIDED_GATHER_PROTO",
+                       "DPSAMPLING_ONESIDED_GATHER_THREADS", "DPSAMPLING_PDL",
+                       "DPSAMPLING_SELECT_SPLIT"};
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) setenv(set[i], "", 1); /* empty: unset */
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  e = &comm->env;
+  FX_CHECK(e->os_ll_bytes == 256u << 10 && e->os_max_blocks == 0 && e->os_gather_ll128 == 0 &&
+               e->os_gather_threads == 256 && e->pdl == 1 && e->select_split == 8,
+           "defaults: ll %llu blocks %d ll128 %d threads %d pdl %d split %d",
+           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
+           e->os_gather_threads, e->pdl, e->select_split);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) unsetenv(set[i]);
+  return 0;
+}
+
 /* dpsArgmax (..., value, index, lse, stream) and dpsTopK (..., values,
  * indices, stream): each pointer reaches the backend as the output it is
  * documented to be, a bad one is named as that output, and a refused call
@@ -666,6 +737,7 @@ static int testRegistry(void) {
 int main(void) {
   int fails = 0;
   fails += testSetCollectives();
+  fails += testEnvPolicy();
   fails += testRegistry();
   fails += testTimeoutEnv();
   fails += testSwapChecks();
