@@ -120,10 +120,23 @@ static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
   return dpsSuccess;
 }
 
+dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops) {
+  if (ops->preload == NULL) return dpsSuccess;
+  cudaError_t e = ops->preload();
+  if (e == cudaSuccess) e = dpsPreloadShardKernels();
+  if (e != cudaSuccess) {
+    char note[320];
+    dpsDeviceCodeNote(note, sizeof note);
+    return dpsSetError(dpsCudaError, "%s backend: loading the kernels failed: %s (%s)", ops->name,
+                       cudaGetErrorString(e), note);
+  }
+  return dpsSuccess;
+}
+
 /* Loads the backend's kernels and runs its init. */
 static dpsResult_t initBackend(dpsComm_t comm, const dpsBackendOps* ops) {
   comm->ops = ops;
-  if (ops->preload) DPS_CHECK(ops->preload());
+  DPS_CHECK(dpsPreloadBackend(ops));
   return ops->init(comm);
 }
 
@@ -159,7 +172,7 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   if (local == dpsSuccess) local = dpsResolveBackendIn(config->backend, avail, &comm->backend);
   const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
   if (ops == NULL && be != NULL) ops = be->ops;
-  if (local == dpsSuccess && ops->preload) local = ops->preload();
+  if (local == dpsSuccess) local = dpsPreloadBackend(ops);
   if (local == dpsSuccess) local = provider->device->init(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
@@ -581,9 +594,9 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   dpsResult_t r = comm->ops->gather_outputs(comm, &sh, predict, accept_index, accept_length, stream);
   dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) {
-    *predict_out = comm->predict_out;
-    *accept_index_out = comm->accept_index_out;
-    *accept_length_out = comm->accept_length_out;
+    *predict_out = comm->vout.predict;
+    *accept_index_out = comm->vout.accept_index;
+    *accept_length_out = comm->vout.accept_length;
   }
   return r;
 }
@@ -606,6 +619,6 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   const dpsShape sh = callShape(comm, pad_bs, sizeof(float));
   dpsResult_t r = comm->ops->gather_logprobs(comm, &sh, logprobs, stream);
   dpsOpLeave(comm, &x, r);
-  if (r == dpsSuccess) *output = comm->logprobs_out;
+  if (r == dpsSuccess) *output = comm->vout.logprobs;
   return r;
 }

@@ -57,9 +57,6 @@ void dpsDeviceCodeNote(char* buf, size_t size);
     if (r_ != dpsSuccess) return r_;                                                  \
   } while (0)
 
-/* x rounded up to a multiple of a (a > 0). */
-static inline size_t dpsRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 /* ---- logging (core/log.c): DPSAMPLING_DEBUG=INFO|WARN ------------------- */
 enum { DPS_LOG_NONE = 0, DPS_LOG_WARN = 1, DPS_LOG_INFO = 2 };
 int dpsLogLevel(void);
@@ -178,9 +175,10 @@ typedef struct dpsBackendOps {
    * cudaFree, no device synchronization). Never fails. */
   void (*destroy)(dpsComm_t comm);
   /* At creation, local, before the agreement exchange (so that a failure
-   * makes every rank fail): load every kernel of the backend now. May be
-   * NULL. */
-  dpsResult_t (*preload)(void);
+   * makes every rank fail): loads the backend's own kernels now; the core
+   * (dpsPreloadBackend) adds the shard reductions' and names a failure.
+   * May be NULL: nothing is loaded (the CPU tests' backends). */
+  cudaError_t (*preload)(void);
   /* The collective part of teardown (dpsCommClose), on every rank together,
    * after the core waited for the communicator's own work. `failed`: whether
    * this rank knows the communicator failed. Returns the decision every rank
@@ -264,13 +262,11 @@ struct dpsComm {
   void* backend_state;
 
   /* Persistent outputs: the verify outputs from dpsAllocVerifyOutputs (one
-   * allocation, verify_mem), swap_out from the backend's prepare. */
+   * allocation, verify_mem, carved into vout), swap_out from the backend's
+   * prepare. */
   void* verify_mem;
+  dpsVerifyOutputs vout;
   void* swap_out;               /* [max_pad_bs/tp*N, V] of dtype */
-  int32_t* predict_out;         /* [max_pad_bs, N] */
-  int32_t* accept_index_out;    /* [max_pad_bs, N] */
-  int32_t* accept_length_out;   /* [max_pad_bs]    */
-  float* logprobs_out;          /* [max_pad_bs, N] */
   /* The shard reductions (dpsAllocShardState): dpsSample's scratch
    * (core/sample.c: state, partial records, tickets, counters), the device's
    * SM count and the argmax / top-k row-split table for the row splits. */
@@ -326,9 +322,9 @@ dpsResult_t dpsTeardownInit(dpsComm_t comm);
 dpsResult_t dpsDeviceAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what);
 /* Stream-ordered free on comm->aux; NULL is a no-op; sets *p to NULL. */
 void dpsDeviceFree(dpsComm_t comm, void** p);
-/* The verify outputs every backend needs (predict_out, accept_index_out,
- * accept_length_out, logprobs_out): one allocation (layout.h), made by the
- * backend's init through this, freed by dpsFreeVerifyOutputs. */
+/* The verify outputs every backend needs (comm->vout): one allocation
+ * (layout.h), made by the backend's init through this, freed by
+ * dpsFreeVerifyOutputs. */
 dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
 /* The most ranks of a shard reduction (argmax, top-k, sample): their merges
  * hold every rank's record of a row in shared memory. Equal to the onesided
@@ -353,9 +349,12 @@ dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* 
  * its destroy. */
 dpsResult_t dpsAllocShardState(dpsComm_t comm);
 void dpsFreeShardState(dpsComm_t comm);
-/* Loads the shard reductions' kernels (argmax, top-k, sample): every
- * backend's preload. */
+/* Loads the shard reductions' kernels (argmax, top-k, sample): part of
+ * every backend's preload. */
 cudaError_t dpsPreloadShardKernels(void);
+/* Loads a backend's kernels and the shard reductions' (core/comm.c);
+ * dpsCudaError naming the device's sm and the build's architectures. */
+dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops);
 void dpsFreeVerifyOutputs(dpsComm_t comm);
 /* Called by every operation after its backend call succeeded: records
  * work_done (uncaptured) or remembers the capture (captured). */
@@ -405,15 +404,15 @@ dpsResult_t dpsCommAsyncError(dpsComm_t comm);
  * DPSAMPLING_TIMEOUT_MS, else DPS_DEFAULT_TIMEOUT_MS (core/config.c). */
 dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
 
-/* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
-dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+/* The default NCCL collectives (backends/nccl_collectives.c), behind the
+ * NCCL provider and the public dpsNcclAllGatherBytes / dpsNcclAllToAllBytes.
+ * The all-to-all is the one send/recv loop of the tree, without the
+ * exchange with `skip_rank` (-1: none; the swap copies its own chunk
+ * locally). */
+dpsResult_t dpsNcclAllGather(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
                              cudaStream_t stream);
-/* The one send/recv loop of the tree: the all-to-all, without the exchange
- * with `skip_rank` (-1: none; the swap copies its own chunk locally). */
 dpsResult_t dpsNcclAllToAllSkip(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
                                 int skip_rank, cudaStream_t stream);
-dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
-                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

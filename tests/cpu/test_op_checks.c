@@ -36,10 +36,10 @@ static _Alignas(256) char sample_buf[16];
 static dpsResult_t fInit(dpsComm_t c) {
   rec.init++;
   c->sample_mem = sample_buf; /* never read: the fake records step launches nothing */
-  c->predict_out = (int32_t*)p_buf;
-  c->accept_index_out = (int32_t*)ai_buf;
-  c->accept_length_out = (int32_t*)al_buf;
-  c->logprobs_out = (float*)lp_buf;
+  c->vout.predict = (int32_t*)p_buf;
+  c->vout.accept_index = (int32_t*)ai_buf;
+  c->vout.accept_length = (int32_t*)al_buf;
+  c->vout.logprobs = (float*)lp_buf;
   return dpsSuccess;
 }
 static dpsResult_t fPrepare(dpsComm_t c) {

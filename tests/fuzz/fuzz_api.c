@@ -390,10 +390,10 @@ static void checkPadBsRules(dpsComm_t c, int pad_bs) {
 
 static dpsResult_t fInit(dpsComm_t c) {
   rec.init++;
-  c->predict_out = (int32_t*)p_buf;
-  c->accept_index_out = (int32_t*)ai_buf;
-  c->accept_length_out = (int32_t*)al_buf;
-  c->logprobs_out = (float*)lp_buf;
+  c->vout.predict = (int32_t*)p_buf;
+  c->vout.accept_index = (int32_t*)ai_buf;
+  c->vout.accept_length = (int32_t*)al_buf;
+  c->vout.logprobs = (float*)lp_buf;
   dpsResult_t f = rec.fail_init;
   rec.fail_init = dpsSuccess;
   return f == dpsSuccess ? f : dpsSetError(f, "fake init failure");
