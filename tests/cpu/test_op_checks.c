@@ -402,6 +402,18 @@ static int testTimeoutEnv(void) {
   return 0;
 }
 
+/* Whether comm->env holds these values (what the backends read). */
+static int envIs(dpsComm_t comm, const char* what, uint64_t ll, int blocks, int ll128, int threads,
+                 int pdl, int split) {
+  const dpsEnv* e = &comm->env;
+  FX_CHECK(e->os_ll_bytes == ll && e->os_max_blocks == blocks && e->os_gather_ll128 == ll128 &&
+               e->os_gather_threads == threads && e->pdl == pdl && e->select_split == split,
+           "%s: ll %llu blocks %d ll128 %d threads %d pdl %d split %d", what,
+           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
+           e->os_gather_threads, e->pdl, e->select_split);
+  return 0;
+}
+
 /* One policy for every environment variable (docs/api.md, "Environment
  * variables"): set to an invalid value, it fails creation with
  * dpsInvalidArgument naming the variable and its value, whichever backend;
@@ -449,12 +461,7 @@ static int testEnvPolicy(void) {
   setenv("DPSAMPLING_SELECT_SPLIT", "1", 1);
   dpsComm_t comm;
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
-  const dpsEnv* e = &comm->env;
-  FX_CHECK(e->os_ll_bytes == 16u << 20 && e->os_max_blocks == 4 && e->os_gather_ll128 == 1 &&
-               e->os_gather_threads == 64 && e->pdl == 0 && e->select_split == 1,
-           "env read as ll %llu blocks %d ll128 %d threads %d pdl %d split %d",
-           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
-           e->os_gather_threads, e->pdl, e->select_split);
+  if (envIs(comm, "set", 16u << 20, 4, 1, 64, 0, 1)) return 1; /* LL bytes capped */
   FX_CHECK_OK(dpsCommDestroy(comm));
   const char* set[] = {"DPSAMPLING_DEBUG", "DPSAMPLING_ONESIDED_LL_BYTES",
                        "DPSAMPLING_ONESIDED_MAX_BLOCKS", "DPSAMPLING_ONESIDED_GATHER_PROTO",
@@ -462,12 +469,7 @@ static int testEnvPolicy(void) {
                        "DPSAMPLING_SELECT_SPLIT"};
   for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) setenv(set[i], "", 1); /* empty: unset */
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
-  e = &comm->env;
-  FX_CHECK(e->os_ll_bytes == 256u << 10 && e->os_max_blocks == 0 && e->os_gather_ll128 == 0 &&
-               e->os_gather_threads == 256 && e->pdl == 1 && e->select_split == 8,
-           "defaults: ll %llu blocks %d ll128 %d threads %d pdl %d split %d",
-           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
-           e->os_gather_threads, e->pdl, e->select_split);
+  if (envIs(comm, "defaults", 256u << 10, 0, 0, 256, 1, 8)) return 1;
   FX_CHECK_OK(dpsCommDestroy(comm));
   for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) unsetenv(set[i]);
   return 0;
