@@ -268,44 +268,46 @@ static dpsResult_t resolveDevice(const dpsConfig_t* config, int* device) {
   return dpsSuccess;
 }
 
-dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* id, const dpsConfig_t* config) {
-  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: comm is NULL");
-  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: unique_id is NULL");
-  DPS_CHECK(dpsConfigCheck(config));
-  int device;
-  DPS_CHECK(resolveDevice(config, &device));
-  dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, device));
-  ncclUniqueId nid;
-  memcpy(&nid, id->internal, sizeof nid);
-  ncclComm_t nccl = NULL;
-  ncclResult_t nr = ncclCommInitRank(&nccl, config->tp_size, nid, config->rank);
-  dpsResult_t res;
-  if (nr != ncclSuccess)
-    res = dpsSetError(dpsNcclError, "ncclCommInitRank(tp_size=%d, rank=%d) failed: %s",
-                      config->tp_size, config->rank, ncclGetErrorString(nr));
-  else
-    res = createComm(comm, nccl, 1, config, device);
-  dpsDeviceLeave(&g);
-  return res;
-}
-
-dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dpsConfig_t* config) {
-  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: comm is NULL");
-  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: nccl_comm is NULL");
+/* The steps both entry points share: the config's checks and the device,
+ * then the NCCL communicator, the library's own from `id` (nccl NULL) or the
+ * borrowed `nccl`, and creation on it, on the communicator's device. */
+static dpsResult_t initComm(dpsComm_t* comm, const dpsUniqueId* id, ncclComm_t nccl,
+                            const dpsConfig_t* config) {
   DPS_CHECK(dpsConfigCheck(config));
   int device;
   DPS_CHECK(resolveDevice(config, &device));
   int nccl_dev = -1;
-  if (ncclCommCuDevice(nccl, &nccl_dev) == ncclSuccess && nccl_dev != device)
+  if (nccl != NULL && ncclCommCuDevice(nccl, &nccl_dev) == ncclSuccess && nccl_dev != device)
     return dpsSetError(dpsInvalidArgument,
                        "nccl_comm is on CUDA device %d but cuda_device=%d (config or current)",
                        nccl_dev, device);
   dpsDeviceGuard g;
   DPS_CHECK(dpsDeviceEnter(&g, device));
-  dpsResult_t res = createComm(comm, nccl, 0, config, device);
+  const int owns = nccl == NULL;
+  dpsResult_t res = dpsSuccess;
+  if (owns) {
+    ncclUniqueId nid;
+    memcpy(&nid, id->internal, sizeof nid);
+    ncclResult_t nr = ncclCommInitRank(&nccl, config->tp_size, nid, config->rank);
+    if (nr != ncclSuccess)
+      res = dpsSetError(dpsNcclError, "ncclCommInitRank(tp_size=%d, rank=%d) failed: %s",
+                        config->tp_size, config->rank, ncclGetErrorString(nr));
+  }
+  if (res == dpsSuccess) res = createComm(comm, nccl, owns, config, device);
   dpsDeviceLeave(&g);
   return res;
+}
+
+dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* id, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: comm is NULL");
+  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: unique_id is NULL");
+  return initComm(comm, id, NULL, config);
+}
+
+dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: comm is NULL");
+  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: nccl_comm is NULL");
+  return initComm(comm, NULL, nccl, config);
 }
 
 
@@ -478,6 +480,12 @@ dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsO
   return r;
 }
 
+dpsResult_t dpsOpBegin(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x) {
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
+  return dpsOpEnter(comm, op, stream, x);
+}
+
 /* Ends an operation; `r` is its outcome. Successful work is noted for
  * teardown (dpsNoteWork). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r) {
@@ -534,10 +542,8 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        op, rows, cols, pad_bs, comm->config.num_tokens_per_req,
                        comm->config.vocab_size, comm->config.tp_size, want_rows, want_cols);
   DPS_CHECK(dpsCheckLogitsData(comm, op, "local_logits", in, dtype));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   dpsResult_t r = dpsSuccess;
   if (comm->dtype == dpsDtypeUnset) {
     if (x.capturing)
@@ -586,10 +592,8 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   }
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   const dpsShape sh = callShape(comm, pad_bs, sizeof(int32_t));
   dpsResult_t r = comm->ops->gather_outputs(comm, &sh, predict, accept_index, accept_length, stream);
   dpsOpLeave(comm, &x, r);
@@ -612,10 +616,8 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   const dpsShape sh = callShape(comm, pad_bs, sizeof(float));
   dpsResult_t r = comm->ops->gather_logprobs(comm, &sh, logprobs, stream);
   dpsOpLeave(comm, &x, r);

@@ -374,6 +374,10 @@ typedef struct dpsOpCtx {
 /* Switches to the communicator's device and inspects the stream (capture
  * state, device), through the provider's device hooks. */
 dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
+/* An operation's first steps after its argument checks: refused once
+ * closed (dpsCheckOpen), the communicator's health (dpsCommHealth), then
+ * dpsOpEnter. */
+dpsResult_t dpsOpBegin(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
 /* Ends an operation whose outcome is r (successful work is noted for teardown). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r);
 /* The argument checks of a logits input shared by the swap and the
