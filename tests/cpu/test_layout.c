@@ -13,7 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/onesided_plan.h"
 #include "fixtures.h"
+#include "internal.h"
 #include "layout.h"
 
 #define MAXTP 8
@@ -290,8 +292,42 @@ static int testLogitValues(void) {
   return 0;
 }
 
+/* The onesided window A layout: 256-byte aligned regions in order, the
+ * byte count they add up to, and the overflow error onesided_plan.h
+ * promises (returned where max_pad_bs x N x the record words overflow). */
+static int testOsLayout(void) {
+  dpsOsLayout L;
+  memset(&L, 0, sizeof L);
+  L.tp = 4;
+  L.n = 4;
+  L.max_pad_bs = 64;
+  L.vocab = 4000;
+  L.maxb = 16;
+  L.ll_bytes = 256 * 1024;
+  L.gproto = DPS_OS_PROTO_LL;
+  L.gthreads = 256;
+  L.rec_words = 154;
+  FX_CHECK_OK(dpsOsLayoutInit(&L));
+  FX_CHECK(L.cap_out == (16 * 9 + 1) / 2 && L.cap_lp == 16 * 4 / 2 && L.cap_rec == 256 * 77,
+           "caps %lld %lld %lld", (long long)L.cap_out, (long long)L.cap_lp, (long long)L.cap_rec);
+  FX_CHECK(L.off_fail % 256 == 0 && L.off_gout % 256 == 0 && L.off_glp % 256 == 0 &&
+               L.off_rec % 256 == 0 && L.off_fail < L.off_gout && L.off_gout < L.off_glp &&
+               L.off_glp < L.off_rec,
+           "offsets %zu %zu %zu %zu", L.off_fail, L.off_gout, L.off_glp, L.off_rec);
+  FX_CHECK(L.off_glp - L.off_gout >= 2u * 4 * (size_t)L.cap_out * DPS_OS_LL_LINE_BYTES &&
+               L.off_rec - L.off_glp >= 2u * 4 * (size_t)L.cap_lp * DPS_OS_LL_LINE_BYTES &&
+               L.bytes_a == L.off_rec + 2u * 4 * (size_t)L.cap_rec * 16u,
+           "regions do not hold their staging");
+  L.max_pad_bs = 1 << 30;
+  L.n = 1 << 30;
+  FX_CHECK_ERR(dpsOsLayoutInit(&L), dpsInvalidArgument, "window A");
+  FX_CHECK(strstr(dpsGetLastError(), "overflows") != NULL, "message: %s", dpsGetLastError());
+  return 0;
+}
+
 int main(void) {
   if (testConversions()) return 1;
+  if (testOsLayout()) return 1;
   if (testLogitValues()) return 1;
   const dpsDataType_t dts[3] = {dpsFloat32, dpsBfloat16, dpsFloat16};
   struct { int pad_bs, n; int64_t vpr; } shapes[] = {
