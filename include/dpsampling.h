@@ -84,7 +84,8 @@ typedef enum {
   dpsUnavailable = 3,     /* the requested backend cannot run on this group */
   dpsCudaError = 4,       /* a CUDA runtime call failed */
   dpsNcclError = 5,       /* an NCCL call failed */
-  dpsSystemError = 6,     /* out of host or device memory, or another system failure */
+  dpsSystemError = 6,     /* out of host or device memory, another system failure, or another
+                             rank failed a step of creation or prepare (its error says why) */
   dpsTimeout = 7,         /* a peer did not arrive within the timeout; the communicator is unusable */
   dpsInternalError = 8,
   dpsNumResults = 9
@@ -211,7 +212,12 @@ DPS_API dpsResult_t dpsGetUniqueId(dpsUniqueId* unique_id);
  * vocab_size, logits_dtype, effective timeout and resolved backend (checked:
  * a disagreement fails creation on every rank, naming both values). A rank
  * whose environment, backend choice or kernel loading fails makes every rank
- * fail with it; but a config rejected by dpsConfigCheck, or an NCCL
+ * fail with it (that rank with its own status; the others dpsSystemError,
+ * "failed on another rank", or dpsUnavailable when every failure was
+ * dpsUnavailable). Every DPSAMPLING_* variable is read here, whichever
+ * backend resolves: one set to an invalid value fails creation with
+ * dpsInvalidArgument naming the variable and its value (the table: docs/api.md,
+ * "Environment variables"). But a config rejected by dpsConfigCheck, or an NCCL
  * communicator that does not match it, fails before any collective and
  * leaves the other ranks waiting in NCCL, which has no timeout: check configs
  * first. Creates the library's own NCCL communicator (destroyed by
@@ -544,7 +550,10 @@ typedef struct {
 } dpsCollectives_t;
 
 /* Installs `table` (copied; NULL restores NCCL). A NULL function pointer in
- * the table means "use NCCL for this one". Not a collective. */
+ * the table means "use NCCL for this one". Not a collective. Only the nccl
+ * backend uses collectives: a table for a communicator of another backend
+ * (onesided) is dpsUnavailable naming the backend, and nothing is installed
+ * (NULL is accepted on every backend). */
 DPS_API dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table);
 
 /* The default collectives themselves, over any NCCL communicator (e.g. for a

@@ -17,6 +17,7 @@ torch nor a GPU; torch is imported on first use.
 import os
 import sys
 import threading
+import warnings
 
 
 def _import_extension():
@@ -516,6 +517,20 @@ def get_global_backend():
     return _C.global_backend
 
 
+def _install_fallback(comm, fallback, given):
+    """Installs fallback_comm_backend as comm's collectives (the nccl
+    backend's). A backend that uses no collectives (onesided) refuses it:
+    then a RuntimeWarning says so, naming the backend, and the object is not
+    kept. Returns what comm.fallback_comm_backend holds."""
+    if fallback is None or fallback is _C.global_backend:
+        return fallback  # the library's defaults: nothing to install
+    why = comm._set_collectives(fallback, given)
+    if why is None:
+        return fallback
+    warnings.warn(f"fallback_comm_backend is not used: {why}", RuntimeWarning, stacklevel=3)
+    return None
+
+
 # --------------------------------------------------------------------------
 # the communicator
 
@@ -530,6 +545,10 @@ class DpSamplingComm(_C.Comm):
     after group). timeout_ms: how long a one-sided kernel waits for a peer
     before the communicator fails with a timeout; None (or 0) takes
     DPSAMPLING_TIMEOUT_MS from the environment, else 5000.
+    fallback_comm_backend: the nccl backend's collectives (an object with
+    all_gather_into_tensor(output, input, group) and optionally
+    all_to_all_single); a backend that uses none (onesided) refuses it with a
+    RuntimeWarning, and self.fallback_comm_backend is then None.
     Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
     gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
     gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
@@ -610,9 +629,7 @@ class DpSamplingComm(_C.Comm):
             timeout_ms,
         )
         self.group = group
-        self.fallback_comm_backend = fallback_comm_backend
-        if fallback_comm_backend is not None and fallback_comm_backend is not _C.global_backend:
-            self._set_collectives(fallback_comm_backend, given)
+        self.fallback_comm_backend = _install_fallback(self, fallback_comm_backend, given)
 
     def __repr__(self):
         if self.closed:

@@ -308,7 +308,9 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-/* _set_collectives(backend_or_None, group) */
+/* _set_collectives(backend_or_None, group) -> None, or the library's message
+ * (a str) when the communicator's backend uses no collectives (nothing is
+ * installed then; the previous adapter stays) */
 static PyObject* set_collectives_body(CommObject* self, Handle* h, PyObject* backend,
                                       PyObject* group) {
   Adapter* old = self->adapter;
@@ -340,6 +342,10 @@ static PyObject* set_collectives_body(CommObject* self, Handle* h, PyObject* bac
   /* all_to_all only when the object has it; otherwise NCCL */
   table.all_to_all = has_all_to_all ? adapter_all_to_all : NULL;
   dpsResult_t r = dpsCommSetCollectives(h->comm, &table);
+  if (r == dpsUnavailable) { /* the backend uses no collectives: the caller says so */
+    adapter_free(a);
+    return PyUnicode_FromString(dpsGetLastError());
+  }
   if (r != dpsSuccess) {
     raise_dps(r);
     adapter_free(a);

@@ -576,3 +576,52 @@ def test_topk_refuses_k_below_one(k):
     c = dpsampling.DpSamplingComm.__new__(dpsampling.DpSamplingComm)
     with pytest.raises(ValueError, match=rf"k={k} must be >= 1"):
         c.topk(object(), k)
+
+
+class _FakeComm:
+    """What _install_fallback needs of a communicator: _set_collectives,
+    answering as the binding does (None: installed; a str: the backend
+    uses no collectives, nothing installed)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = []
+
+    def _set_collectives(self, backend, group):
+        self.calls.append((backend, group))
+        return self.answer
+
+
+class _Gather:
+    def all_gather_into_tensor(self, output, input, group=None):
+        raise AssertionError("never called here")
+
+
+def test_fallback_refused_by_a_backend_without_collectives_warns():
+    """fallback_comm_backend on a communicator whose backend uses no
+    collectives (onesided) is not silently ignored: a RuntimeWarning names
+    the backend and the attribute becomes None."""
+    from dpsampling import _install_fallback
+
+    msg = ("dpsCommSetCollectives: the communicator runs the onesided backend, which uses no "
+           "collectives")
+    comm = _FakeComm(msg)
+    fb = _Gather()
+    with pytest.warns(RuntimeWarning, match="fallback_comm_backend is not used: .*onesided"):
+        kept = _install_fallback(comm, fb, (0, 1))
+    assert kept is None
+    assert comm.calls == [(fb, (0, 1))]
+
+
+def test_fallback_installed_without_warning(recwarn):
+    from dpsampling import _install_fallback
+
+    comm = _FakeComm(None)
+    fb = _Gather()
+    assert _install_fallback(comm, fb, (0, 1)) is fb
+    assert comm.calls == [(fb, (0, 1))]
+    # None and the library's defaults are never installed (nothing to warn about)
+    assert _install_fallback(comm, None, (0, 1)) is None
+    assert _install_fallback(comm, get_global_backend(), (0, 1)) is get_global_backend()
+    assert len(comm.calls) == 1
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

@@ -19,20 +19,12 @@ typedef struct {
   int32_t* pack_send;  /* [max_reqs*(2N+1)]     */
   int32_t* pack_recv;  /* [tp*max_reqs*(2N+1)]  */
   void* staging;       /* [tp][max_reqs*N][V/tp] of dtype: all-to-all receive */
-  size_t staging_bytes;
-  size_t swap_out_bytes;
   /* records steps: this rank's records [rec_rows][rec_words] and their
    * all-gather [tp][rec_rows][rec_words] (rec_words: comm->rec_words) */
   uint32_t* rec_send;
   uint32_t* rec_recv;
   int64_t rec_rows;
 } dpsNcclState;
-
-static dpsResult_t nbAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what) {
-  return dpsDeviceAlloc(comm, p, bytes, what);
-}
-
-static void nbFree(dpsComm_t comm, void** p) { dpsDeviceFree(comm, p); }
 
 /* Byte count a*b*c*d, or 0 with an error set on overflow. */
 static dpsResult_t bytesOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, const char* what,
@@ -49,13 +41,13 @@ static void nbDestroy(dpsComm_t comm) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
   dpsFreeVerifyOutputs(comm);
   dpsFreeShardState(comm);
-  nbFree(comm, &comm->swap_out);
+  dpsDeviceFree(comm, &comm->swap_out);
   if (st != NULL) {
-    nbFree(comm, (void**)&st->pack_send);
-    nbFree(comm, (void**)&st->pack_recv);
-    nbFree(comm, &st->staging);
-    nbFree(comm, (void**)&st->rec_send);
-    nbFree(comm, (void**)&st->rec_recv);
+    dpsDeviceFree(comm, (void**)&st->pack_send);
+    dpsDeviceFree(comm, (void**)&st->pack_recv);
+    dpsDeviceFree(comm, &st->staging);
+    dpsDeviceFree(comm, (void**)&st->rec_send);
+    dpsDeviceFree(comm, (void**)&st->rec_recv);
     free(st);
   }
   comm->backend_state = NULL;
@@ -80,8 +72,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
 
   if ((r = dpsAllocVerifyOutputs(comm)) != dpsSuccess ||
       (r = dpsAllocShardState(comm)) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
+      (r = dpsDeviceAlloc(comm, (void**)&st->pack_send, b_send, "verify pack buffer")) != dpsSuccess ||
+      (r = dpsDeviceAlloc(comm, (void**)&st->pack_recv, b_recv, "verify gather buffer")) != dpsSuccess) {
     nbDestroy(comm);
     return r;
   }
@@ -91,8 +83,8 @@ static dpsResult_t nbInit(dpsComm_t comm) {
   st->rec_rows = (int64_t)(max_bs * n);
   DPS_CHECK(bytesOf(max_bs * n, words, 4, 1, "records buffer", &b_rec_send));
   DPS_CHECK(bytesOf(max_bs * n, words, 4, (uint64_t)tp, "records gather buffer", &b_rec_recv));
-  if ((r = nbAlloc(comm, (void**)&st->rec_send, b_rec_send, "records buffer")) != dpsSuccess ||
-      (r = nbAlloc(comm, (void**)&st->rec_recv, b_rec_recv, "records gather buffer")) !=
+  if ((r = dpsDeviceAlloc(comm, (void**)&st->rec_send, b_rec_send, "records buffer")) != dpsSuccess ||
+      (r = dpsDeviceAlloc(comm, (void**)&st->rec_recv, b_rec_recv, "records gather buffer")) !=
           dpsSuccess) {
     nbDestroy(comm);
     return r;
@@ -143,13 +135,11 @@ static dpsResult_t nbPrepare(dpsComm_t comm) {
   /* tp chunks of [rows_max, V/tp]: the same byte count as the output. */
   DPS_CHECK(bytesOf(rows_max, vocab / (uint64_t)tp, esize, (uint64_t)tp, "swap staging",
                     &b_stage));
-  if ((r = nbAlloc(comm, &comm->swap_out, b_out, "swap output")) != dpsSuccess) return r;
-  if ((r = nbAlloc(comm, &st->staging, b_stage, "swap staging")) != dpsSuccess) {
-    nbFree(comm, &comm->swap_out);
+  if ((r = dpsDeviceAlloc(comm, &comm->swap_out, b_out, "swap output")) != dpsSuccess) return r;
+  if ((r = dpsDeviceAlloc(comm, &st->staging, b_stage, "swap staging")) != dpsSuccess) {
+    dpsDeviceFree(comm, &comm->swap_out);
     return r;
   }
-  st->swap_out_bytes = b_out;
-  st->staging_bytes = b_stage;
   return dpsSuccess;
 }
 
@@ -157,7 +147,7 @@ static dpsResult_t nbSwap(dpsComm_t comm, const dpsShape* shape, const void* in,
                           cudaStream_t stream) {
   dpsNcclState* st = (dpsNcclState*)comm->backend_state;
   const dpsShape s = *shape;
-  const int64_t rows = dpsSwapRowsPerRank(s);
+  const int64_t rows = s.rows_per_rank;
   const size_t chunk = dpsSwapChunkBytes(s);
   const char* src = (const char*)in;
   char* stage;
@@ -214,7 +204,7 @@ static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int
     return dpsSetError(dpsCudaError, "nccl backend: verify pack launch failed: %s",
                        cudaGetErrorString(e));
   DPS_CHECK(nbAllGatherBytes(comm, st->pack_send, st->pack_recv, bytes, stream));
-  e = dpsLaunchVerifyUnpack(comm->predict_out, comm->accept_index_out, comm->accept_length_out,
+  e = dpsLaunchVerifyUnpack(comm->vout.predict, comm->vout.accept_index, comm->vout.accept_length,
                             st->pack_recv, tp, reqs, n, stream);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "nccl backend: verify unpack launch failed: %s",
@@ -225,23 +215,15 @@ static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int
 static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const float* in,
                                    cudaStream_t stream) {
   const size_t bytes = (size_t)sh->rows_per_rank * sizeof(float);
-  if (comm->logprobs_out == NULL)
+  if (comm->vout.logprobs == NULL)
     return dpsSetError(dpsInternalError, "nccl backend: gather before init");
   /* [tp][reqs, N] of the gather is exactly [pad_bs, N] with row src*reqs + r. */
-  return nbAllGatherBytes(comm, in, comm->logprobs_out, bytes, stream);
+  return nbAllGatherBytes(comm, in, comm->vout.logprobs, bytes, stream);
 }
 
-static dpsResult_t nbPreload(void) {
-  cudaError_t e = dpsPreloadSwapPermute();
-  if (e == cudaSuccess) e = dpsPreloadVerifyPack();
-  if (e == cudaSuccess) e = dpsPreloadShardKernels();
-  if (e != cudaSuccess) {
-    char note[320];
-    dpsDeviceCodeNote(note, sizeof note);
-    return dpsSetError(dpsCudaError, "%s: loading the kernels failed: %s (%s)", "nccl backend",
-                       cudaGetErrorString(e), note);
-  }
-  return dpsSuccess;
+static cudaError_t nbPreload(void) {
+  const cudaError_t e = dpsPreloadSwapPermute();
+  return e == cudaSuccess ? dpsPreloadVerifyPack() : e;
 }
 
 const dpsBackendOps dpsNcclBackendOps = {

@@ -1,14 +1,13 @@
-/* Default collectives of the nccl backend (ctx = ncclComm_t). Byte counts are
+/* Default collectives of the nccl backend (over an ncclComm_t). Byte counts are
  * per rank; see dpsCollectives_t in dpsampling.h for the semantics. */
 #include <stdint.h>
 
 #include "internal.h"
 
-dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+dpsResult_t dpsNcclAllGather(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
                              cudaStream_t stream) {
-  ncclComm_t nccl = (ncclComm_t)ctx;
   if (nccl == NULL)
-    return dpsSetError(dpsInvalidArgument, "dpsNcclAllGather: ctx=NULL (no NCCL communicator)");
+    return dpsSetError(dpsInvalidArgument, "all_gather: no NCCL communicator (NULL)");
   if (bytes == 0) return dpsSuccess;
   DPS_NCCL_CHECK(ncclAllGather(sendbuf, recvbuf, bytes, ncclInt8, nccl, stream));
   return dpsSuccess;
@@ -39,11 +38,6 @@ dpsResult_t dpsNcclAllToAllSkip(ncclComm_t nccl, const void* sendbuf, void* recv
   return dpsSuccess;
 }
 
-dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
-                            cudaStream_t stream) {
-  return dpsNcclAllToAllSkip((ncclComm_t)ctx, sendbuf, recvbuf, bytes, -1, stream);
-}
-
 /* The public entry points (dpsampling.h): the same two functions, with the
  * argument checks of the public API. */
 static dpsResult_t checkBytesArgs(const char* fn, ncclComm_t nccl, const void* sendbuf,
@@ -58,11 +52,11 @@ static dpsResult_t checkBytesArgs(const char* fn, ncclComm_t nccl, const void* s
 dpsResult_t dpsNcclAllGatherBytes(ncclComm_t nccl_comm, const void* sendbuf, void* recvbuf,
                                   size_t bytes, cudaStream_t stream) {
   DPS_CHECK(checkBytesArgs("dpsNcclAllGatherBytes", nccl_comm, sendbuf, recvbuf, bytes));
-  return dpsNcclAllGather((void*)nccl_comm, sendbuf, recvbuf, bytes, stream);
+  return dpsNcclAllGather(nccl_comm, sendbuf, recvbuf, bytes, stream);
 }
 
 dpsResult_t dpsNcclAllToAllBytes(ncclComm_t nccl_comm, const void* sendbuf, void* recvbuf,
                                  size_t bytes, cudaStream_t stream) {
   DPS_CHECK(checkBytesArgs("dpsNcclAllToAllBytes", nccl_comm, sendbuf, recvbuf, bytes));
-  return dpsNcclAllToAll((void*)nccl_comm, sendbuf, recvbuf, bytes, stream);
+  return dpsNcclAllToAllSkip(nccl_comm, sendbuf, recvbuf, bytes, -1, stream);
 }

@@ -243,7 +243,7 @@ static void npSymFree(dpsComm_t comm, dpsSymMem* m) {
 /* ---- device collectives ------------------------------------------------------ */
 static dpsResult_t npAllGather(dpsComm_t comm, const void* send, void* recv, size_t bytes,
                                cudaStream_t stream) {
-  return dpsNcclAllGather((void*)comm->nccl, send, recv, bytes, stream);
+  return dpsNcclAllGather(comm->nccl, send, recv, bytes, stream);
 }
 
 static dpsResult_t npAllToAll(dpsComm_t comm, const void* send, void* recv, size_t bytes,

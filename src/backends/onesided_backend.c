@@ -29,7 +29,8 @@
  * uses the LL path; default 256 KiB; 0 = always the direct path), the
  * gathers' block size (DPSAMPLING_ONESIDED_GATHER_THREADS) and the gathers'
  * protocol: LL, or LL128 on request where every rank reaches every peer over
- * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO).
+ * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO). The variables are read and
+ * checked by the core at creation (comm->env, core/config.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,32 +43,29 @@
 #include "kernels/onesided_kernels.h"
 #include "onesided_plan.h"
 
-#define OS_DEFAULT_LL_BYTES (256u * 1024u)
-#define OS_MAX_LL_BYTES (16u * 1024u * 1024u)
 _Static_assert(DPS_OS_MAX_RANKS <= DPS_PROVIDER_MAX_RANKS, "peer tables");
+_Static_assert(DPS_ENV_GATHER_THREADS_DEFAULT == DPS_OS_GATHER_THREADS &&
+                   DPS_ENV_GATHER_THREADS_MAX == DPS_OS_GATHER_THREADS_MAX,
+               "DPSAMPLING_ONESIDED_GATHER_THREADS's range");
+_Static_assert(DPS_OS_PROTO_LL == 0 && DPS_OS_PROTO_LL128 == 1, "comm->env.os_gather_ll128");
 
 typedef struct {
-  int tp, rank, n;
-  int64_t vocab;
-  int maxb;          /* agreed grid cap */
-  uint64_t ll_bytes; /* agreed swap LL threshold (per-peer chunk bytes) */
+  /* the configuration and what the ranks agreed on (tp, rank, grid cap
+   * maxb, swap LL threshold ll_bytes, gather protocol gproto and block size
+   * gthreads), the windows' layout and capacities (onesided_plan.h) */
+  dpsOsLayout lay;
   dpsOsCommon common; /* the kernels' common arguments (built at the end of init) */
   int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
-  int gthreads;      /* gather block size (DPSAMPLING_ONESIDED_GATHER_THREADS) */
-  int gproto;        /* agreed gather protocol, DPS_OS_PROTO_* */
-
-  dpsOsLayout lay; /* window layout and capacities (onesided_plan.h) */
 
   dpsSymMem a; /* flags + fail area + gather staging */
-  size_t off_fail; /* = lay.off_fail */
   dpsOsWindows va; /* window A's addresses for the plans */
 
   dpsSymMem b; /* swap_out + swap LL staging */
   dpsOsWindows vb; /* window B's addresses for the plans (once prepared) */
   int prepared;
 
-  void* outputs; /* the close exchange's words */
-  dpsOsOutputs out; /* inside `outputs` */
+  void* close_mem; /* the close exchange's words */
+  dpsOsCloseWords close; /* inside `close_mem` */
   dpsOsDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
@@ -118,14 +116,14 @@ static dpsResult_t osAsyncError(dpsComm_t comm) {
 static int peerFailed(const OsState* st) {
   if (st->a.base == NULL || !st->a.registered) return 0;
   unsigned long long f[DPS_OS_MAX_RANKS] = {0};
-  if (cudaMemcpy(f, (char*)st->a.base + st->off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
+  if (cudaMemcpy(f, (char*)st->a.base + st->lay.off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
-  for (int r = 0; r < st->tp; ++r)
-    if (r != st->rank && f[r] != 0) {
-      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d reported a failure", st->rank, r);
+  for (int r = 0; r < st->lay.tp; ++r)
+    if (r != st->lay.rank && f[r] != 0) {
+      dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d reported a failure", st->lay.rank, r);
       return 1;
     }
   return 0;
@@ -144,13 +142,13 @@ static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
   const uint32_t mine = failed ? 1u : 0u;
   cudaError_t ce = cudaStreamWaitEvent(comm->aux, comm->work_done, 0);
   if (ce == cudaSuccess)
-    ce = cudaMemcpyAsync(st->out.close_in, &mine, sizeof mine, cudaMemcpyHostToDevice, comm->aux);
+    ce = cudaMemcpyAsync(st->close.in, &mine, sizeof mine, cudaMemcpyHostToDevice, comm->aux);
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
   dpsOsGatherArgs a;
-  const int grid = dpsOsPlanCloseExchange(&st->lay, &st->common, &st->va, &st->out, &a);
+  const int grid = dpsOsPlanCloseExchange(&st->lay, &st->common, &st->va, &st->close, &a);
   if (launchGather(st, &a, grid, comm->aux) != dpsSuccess ||
       cudaStreamSynchronize(comm->aux) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -158,16 +156,16 @@ static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
   }
   if (hostErrWord(st) != 0) return 1;
   uint32_t all[DPS_OS_MAX_RANKS] = {0};
-  if (cudaMemcpy(all, st->out.close_out, sizeof(uint32_t) * (size_t)st->tp,
+  if (cudaMemcpy(all, st->close.out, sizeof(uint32_t) * (size_t)st->lay.tp,
                  cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
-  for (int r = 0; r < st->tp; ++r)
+  for (int r = 0; r < st->lay.tp; ++r)
     if (all[r] != 0) {
       dpsLog(DPS_LOG_INFO, "onesided rank %d: rank %d closes as failed; every rank skips the "
-             "window deregistration", st->rank, r);
+             "window deregistration", st->lay.rank, r);
       return 1;
     }
   return 0;
@@ -183,7 +181,7 @@ static int osClose(dpsComm_t comm, int failed) {
   OsState* st = (OsState*)comm->backend_state;
   if (st == NULL || !st->a.registered) return failed; /* nothing was registered */
   failed = failed || hostErrWord(st) != 0 || peerFailed(st);
-  if (st->tp > 1 && hostErrWord(st) == 0) failed = closeExchange(comm, st, failed);
+  if (st->lay.tp > 1 && hostErrWord(st) == 0) failed = closeExchange(comm, st, failed);
   if (failed) return 1;
   /* same order on every rank (collective deregistration) */
   comm->prov->sym_deregister(comm, &st->b);
@@ -196,7 +194,7 @@ static void osDestroy(dpsComm_t comm) {
   if (st == NULL) return;
   comm->prov->sym_free(comm, &st->b);
   comm->prov->sym_free(comm, &st->a);
-  dpsDeviceFree(comm, &st->outputs);
+  dpsDeviceFree(comm, &st->close_mem);
   dpsFreeVerifyOutputs(comm);
   dpsFreeShardState(comm);
   dpsDeviceFree(comm, (void**)&st->dstate);
@@ -206,72 +204,6 @@ static void osDestroy(dpsComm_t comm) {
   comm->swap_out = NULL;
   comm->local_pdl = 0;
   comm->local_max_blocks = 0;
-}
-
-static uint64_t envLLBytes(void) {
-  uint64_t v = OS_DEFAULT_LL_BYTES;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_LL_BYTES", &v) < 0) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_LL_BYTES='%s' is not a byte count; using %u",
-           getenv("DPSAMPLING_ONESIDED_LL_BYTES"), OS_DEFAULT_LL_BYTES);
-    return OS_DEFAULT_LL_BYTES;
-  }
-  return v > OS_MAX_LL_BYTES ? OS_MAX_LL_BYTES : v;
-}
-
-/* DPSAMPLING_ONESIDED_MAX_BLOCKS: the most blocks any onesided kernel of
- * this communicator runs (default: the SM count; the swap's blocks must all
- * be resident at once). Fewer leave SMs to work that overlaps ours, and let
- * several ranks share one GPU (the virtual-rank tests). Agreed at creation
- * (the smallest asked). */
-static int64_t envMaxBlocks(int sms) {
-  uint64_t v = (uint64_t)sms;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_MAX_BLOCKS", &v) < 0 || v < 1) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_MAX_BLOCKS='%s' is not a positive count; using %d",
-           getenv("DPSAMPLING_ONESIDED_MAX_BLOCKS"), sms);
-    return sms;
-  }
-  return v < (uint64_t)sms ? (int64_t)v : sms;
-}
-
-/* DPSAMPLING_PDL: 1 (default) launches the kernels with programmatic
- * dependent launch (kernels/launch.cuh), 0 with plain stream order. Local:
- * it changes no protocol, so ranks need not agree. */
-static int envPdl(void) {
-  uint64_t v = 1;
-  if (dpsEnvUint("DPSAMPLING_PDL", &v) < 0 || v > 1) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_PDL='%s' is neither 0 nor 1; using 1", getenv("DPSAMPLING_PDL"));
-    return 1;
-  }
-  return (int)v;
-}
-
-/* DPSAMPLING_ONESIDED_GATHER_THREADS: threads per gather block, a multiple
- * of 32 in [32, 1024] (default 256). A thread owns one LL line, or an eighth
- * of an LL128 line, per call, so fewer, larger blocks trade block count for
- * block size. Agreed at creation (the smallest asked). */
-static int envGatherThreads(void) {
-  uint64_t v = DPS_OS_GATHER_THREADS;
-  if (dpsEnvUint("DPSAMPLING_ONESIDED_GATHER_THREADS", &v) < 0 || v < 32 ||
-      v > DPS_OS_GATHER_THREADS_MAX || v % 32 != 0) {
-    dpsLog(DPS_LOG_WARN,
-           "DPSAMPLING_ONESIDED_GATHER_THREADS='%s' is not a multiple of 32 in [32, %d]; using %d",
-           getenv("DPSAMPLING_ONESIDED_GATHER_THREADS"), DPS_OS_GATHER_THREADS_MAX,
-           DPS_OS_GATHER_THREADS);
-    return DPS_OS_GATHER_THREADS;
-  }
-  return (int)v;
-}
-
-/* DPSAMPLING_ONESIDED_GATHER_PROTO: "ll" (default) or "ll128". On 2 x H200
- * LL128 measured 0.18-0.75 us slower than LL for every gather up to
- * pad_bs 512 x N 8 (docs/performance.md), hence opt-in. The ranks agree on the minimum,
- * so LL128 runs only if every rank asks for it and verifies NVLink. */
-static int envGatherProto(void) {
-  const char* v = getenv("DPSAMPLING_ONESIDED_GATHER_PROTO");
-  if (v == NULL || *v == '\0' || strcmp(v, "ll") == 0) return DPS_OS_PROTO_LL;
-  if (strcmp(v, "ll128") == 0) return DPS_OS_PROTO_LL128;
-  dpsLog(DPS_LOG_WARN, "DPSAMPLING_ONESIDED_GATHER_PROTO='%s' is neither ll nor ll128; using ll", v);
-  return DPS_OS_PROTO_LL;
 }
 
 /* The PCI address of a device as one number (-1 if unknown). */
@@ -293,10 +225,10 @@ static int64_t pciKey(int dev) {
 static int nvlinkToAllPeers(const OsState* st, int dev, const int64_t* keys) {
   const cudaError_t before = cudaPeekAtLastError();
   int ndev = 0, ok = cudaGetDeviceCount(&ndev) == cudaSuccess;
-  const int64_t mine = keys[st->rank];
-  for (int r = 0; ok && r < st->tp; ++r) {
+  const int64_t mine = keys[st->lay.rank];
+  for (int r = 0; ok && r < st->lay.tp; ++r) {
     /* a peer on this very GPU stores into its own device memory */
-    if (r == st->rank || (mine >= 0 && keys[r] == mine)) continue;
+    if (r == st->lay.rank || (mine >= 0 && keys[r] == mine)) continue;
     int peer = -1;
     for (int d = 0; d < ndev && peer < 0; ++d)
       if (d != dev && keys[r] >= 0 && pciKey(d) == keys[r]) peer = d;
@@ -320,28 +252,16 @@ static dpsOsWindows windowView(const dpsSymMem* w, int tp) {
 }
 
 static dpsOsCommon buildCommon(dpsComm_t comm, OsState* st) {
-  st->va = windowView(&st->a, st->tp);
+  st->va = windowView(&st->a, st->lay.tp);
   return dpsOsMakeCommon(&st->lay, &st->va, st->dstate, st->herr_dev, comm->timeout_ms, st->pdl);
 }
 
 /* Creation's local part, after the exchanges that fix the grid cap and the
- * gather protocol: device state, error word, outputs, window A's memory.
- * Nothing here talks to the peers, so a failure on one rank (out of memory)
- * is agreed on before the collective registration. */
+ * gather protocol (st->lay's inputs): device state, error word, close words,
+ * window A's memory. Nothing here talks to the peers, so a failure on one
+ * rank (out of memory) is agreed on before the collective registration. */
 static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
-  const dpsConfig_t* cfg = &comm->config;
   dpsOsLayout* L = &st->lay;
-  memset(L, 0, sizeof *L);
-  L->tp = st->tp;
-  L->rank = st->rank;
-  L->n = st->n;
-  L->max_pad_bs = cfg->max_pad_bs;
-  L->vocab = st->vocab;
-  L->maxb = st->maxb;
-  L->ll_bytes = st->ll_bytes;
-  L->gproto = st->gproto;
-  L->gthreads = st->gthreads;
-  L->rec_words = comm->rec_words;
   /* error word: device copy + mapped pinned host copy */
   DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
                            "the onesided device state"));
@@ -355,66 +275,71 @@ static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   DPS_CHECK(dpsOsLayoutInit(L));
   DPS_CHECK(dpsAllocVerifyOutputs(comm));
   DPS_CHECK(dpsAllocShardState(comm));
-  DPS_CHECK(dpsDeviceAlloc(comm, &st->outputs, L->close_bytes, "the onesided close exchange"));
-  st->out = dpsOsOutputsOf(L, comm->verify_mem, st->outputs);
-  st->off_fail = L->off_fail;
+  DPS_CHECK(dpsDeviceAlloc(comm, &st->close_mem, L->close_bytes, "the onesided close exchange"));
+  st->close = dpsOsCloseWordsAt(st->close_mem);
   return comm->prov->sym_alloc(comm, &st->a, L->bytes_a, "flag/staging");
 }
 
 static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   const dpsConfig_t* cfg = &comm->config;
-  st->tp = cfg->tp_size;
-  st->rank = cfg->rank;
-  st->n = cfg->num_tokens_per_req;
-  st->vocab = cfg->vocab_size;
-  if (st->tp > DPS_OS_MAX_RANKS)
+  const dpsEnv* env = &comm->env;
+  dpsOsLayout* L = &st->lay;
+  memset(L, 0, sizeof *L);
+  L->tp = cfg->tp_size;
+  L->rank = cfg->rank;
+  L->n = cfg->num_tokens_per_req;
+  L->max_pad_bs = cfg->max_pad_bs;
+  L->vocab = cfg->vocab_size;
+  L->rec_words = comm->rec_words;
+  if (L->tp > DPS_OS_MAX_RANKS)
     return dpsSetError(dpsUnavailable,
                        "onesided backend supports at most %d ranks, tp_size=%d (use backend=nccl)",
-                       DPS_OS_MAX_RANKS, st->tp);
+                       DPS_OS_MAX_RANKS, L->tp);
 
   int sms = 0, major = 0;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
-  /* {SM count, LL threshold, gather block size, PCI address of every rank
-   * (others' slots at INT64_MAX, so the min fills them in)} */
+  /* {grid cap (DPSAMPLING_ONESIDED_MAX_BLOCKS, at most the SM count), LL
+   * threshold, gather block size, PCI address of every rank (others' slots
+   * at INT64_MAX, so the min fills them in)} */
   int64_t vals[3 + DPS_OS_MAX_RANKS];
-  vals[0] = envMaxBlocks(sms);
-  vals[1] = (int64_t)envLLBytes();
-  const int askedThreads = envGatherThreads();
+  vals[0] = env->os_max_blocks > 0 && env->os_max_blocks < sms ? env->os_max_blocks : sms;
+  vals[1] = (int64_t)env->os_ll_bytes;
+  const int askedThreads = env->os_gather_threads;
   vals[2] = askedThreads;
   const cudaError_t before = cudaPeekAtLastError();
   const int64_t myKey = pciKey(comm->device);
   if (myKey < 0 && before == cudaSuccess) (void)cudaGetLastError(); /* ours: forget it */
-  for (int r = 0; r < st->tp; ++r) vals[3 + r] = r == st->rank ? myKey : INT64_MAX;
-  DPS_CHECK(dpsAgreeMin(comm, vals, 3 + st->tp));
-  st->maxb = vals[0] < 1 ? 1 : (int)vals[0];
-  st->ll_bytes = (uint64_t)vals[1];
+  for (int r = 0; r < L->tp; ++r) vals[3 + r] = r == L->rank ? myKey : INT64_MAX;
+  DPS_CHECK(dpsAgreeMin(comm, dpsSuccess, "onesided settings", vals, 3 + L->tp));
+  L->maxb = vals[0] < 1 ? 1 : (int)vals[0];
+  L->ll_bytes = (uint64_t)vals[1];
   /* A gather block waits for lines its peers' same-numbered block stores,
    * so the grids must match: the ranks use the smallest block size asked. */
-  st->gthreads = (int)vals[2];
-  if (st->gthreads != askedThreads)
+  L->gthreads = (int)vals[2];
+  if (L->gthreads != askedThreads)
     dpsLog(DPS_LOG_WARN,
            "onesided rank %d: gather blocks of %d threads asked here, %d agreed (the smallest "
            "asked by any rank)",
-           st->rank, askedThreads, st->gthreads);
+           L->rank, askedThreads, L->gthreads);
   /* Gather protocol: LL128 only where validated (sm_90+, NVLink). */
-  int64_t proto = envGatherProto();
+  int64_t proto = env->os_gather_ll128 ? DPS_OS_PROTO_LL128 : DPS_OS_PROTO_LL;
   if (proto == DPS_OS_PROTO_LL128 && !(major >= 9 && nvlinkToAllPeers(st, comm->device, vals + 3))) {
     dpsLog(DPS_LOG_WARN,
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 needs sm_90+ and every peer's "
            "GPU visible here and on NVLink (native P2P atomics); using ll",
-           st->rank);
+           L->rank);
     proto = DPS_OS_PROTO_LL;
   }
   const int64_t asked = proto;
-  DPS_CHECK(dpsAgreeMin(comm, &proto, 1));
-  st->gproto = (int)proto;
+  DPS_CHECK(dpsAgreeMin(comm, dpsSuccess, "the onesided gather protocol", &proto, 1));
+  L->gproto = (int)proto;
   if (asked != proto)
     dpsLog(DPS_LOG_WARN,
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 here, but another rank asked "
            "for or could only verify ll: every rank uses ll",
-           st->rank);
-  st->pdl = envPdl();
+           L->rank);
+  st->pdl = env->pdl;
   if (st->pdl) {
     /* A kernel launched with PDL that was not compiled with the wait would
      * read its inputs before the previous kernel finished: never do that. */
@@ -422,7 +347,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
     cudaError_t ce = dpsOsKernelsSupportPdl(&ok);
     if (ce != cudaSuccess || !ok) {
       dpsLog(DPS_LOG_INFO,
-             "onesided rank %d: programmatic dependent launch off (%s)", st->rank,
+             "onesided rank %d: programmatic dependent launch off (%s)", L->rank,
              ce != cudaSuccess ? cudaGetErrorString(ce)
                                : "the device code running here was built for an architecture "
                                  "before sm_90");
@@ -440,13 +365,13 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   /* a shard reduction's local pass at tp == 1 (the core's, no records step)
    * launches as this backend's kernels do */
   comm->local_pdl = st->pdl;
-  comm->local_max_blocks = st->maxb;
+  comm->local_max_blocks = L->maxb;
 
   dpsLog(DPS_LOG_INFO,
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
          "PDL %s, gathers %s in blocks of %d threads",
-         st->rank, st->tp, st->maxb, (unsigned long long)st->ll_bytes, st->a.size,
-         st->pdl ? "on" : "off", st->gproto == DPS_OS_PROTO_LL128 ? "LL128" : "LL", st->gthreads);
+         L->rank, L->tp, L->maxb, (unsigned long long)L->ll_bytes, st->a.size,
+         st->pdl ? "on" : "off", L->gproto == DPS_OS_PROTO_LL128 ? "LL128" : "LL", L->gthreads);
   return dpsSuccess;
 }
 
@@ -466,39 +391,31 @@ static dpsResult_t osPrepare(dpsComm_t comm) {
   size_t esize = dpsDataTypeSize(comm->dtype);
   if (esize == 0)
     return dpsSetError(dpsInternalError, "onesided: prepare with dtype=%d", (int)comm->dtype);
-  /* Local part first (sizes, window B's memory), then one exchange of
-   * {dtype, -dtype, ok}: the swap window is sized by the dtype and peers
-   * store into it, so every rank must fix the same one (the first swap or
-   * prepare decides it), and a rank that ran out of memory must not leave
-   * the others in the collective registration. */
+  /* Local part first (sizes, window B's memory), then one agreement on
+   * every rank's status and {dtype, -dtype}: the swap window is sized by the
+   * dtype and peers store into it, so every rank must fix the same one (the
+   * first swap or prepare decides it), and a rank that ran out of memory
+   * must not leave the others in the collective registration. */
   dpsResult_t local = dpsOsLayoutPrepare(&st->lay, esize);
   if (local == dpsSuccess) local = comm->prov->sym_alloc(comm, &st->b, st->lay.bytes_b, "swap output");
-  char msg[512] = "";
-  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
-  int64_t x[3] = {(int64_t)comm->dtype, -(int64_t)comm->dtype, local == dpsSuccess ? 1 : 0};
-  dpsResult_t r = dpsAgreeMin(comm, x, 3);
-  if (r == dpsSuccess && local != dpsSuccess) r = dpsSetError(local, "%s", msg);
+  int64_t x[2] = {(int64_t)comm->dtype, -(int64_t)comm->dtype};
+  dpsResult_t r = dpsAgreeMin(comm, local, "preparing the swap window", x, 2);
   if (r == dpsSuccess && x[0] != -x[1])
     r = dpsSetError(dpsInvalidUsage,
                     "onesided: the ranks fixed different logits dtypes (this rank %s, others "
                     "%s..%s); every rank must prepare or swap with the same dtype",
                     dpsDataTypeName(comm->dtype), dpsDataTypeName((dpsDataType_t)x[0]),
                     dpsDataTypeName((dpsDataType_t)-x[1]));
-  if (r == dpsSuccess && x[2] == 0)
-    r = dpsSetError(dpsSystemError,
-                    "onesided rank %d: preparing the swap window failed on another rank (see that "
-                    "rank's error); every rank fails",
-                    st->rank);
   if (r != dpsSuccess) {
     comm->prov->sym_free(comm, &st->b); /* memory only: nothing was registered */
     return r;
   }
   DPS_CHECK(comm->prov->sym_register(comm, &st->b, "swap output"));
-  st->vb = windowView(&st->b, st->tp);
+  st->vb = windowView(&st->b, st->lay.tp);
   comm->swap_out = st->b.base;
   st->prepared = 1;
   dpsLog(DPS_LOG_INFO, "onesided rank %d: swap window %zu bytes (%s, LL staging %lld lines)",
-         st->rank, st->b.size, dpsDataTypeName(comm->dtype), (long long)st->lay.cap_sw);
+         st->lay.rank, st->b.size, dpsDataTypeName(comm->dtype), (long long)st->lay.cap_sw);
   return dpsSuccess;
 }
 
@@ -521,7 +438,7 @@ static dpsResult_t osSwap(dpsComm_t comm, const dpsShape* sh, const void* in,
 
 static dpsResult_t launchGather(const OsState* st, const dpsOsGatherArgs* a, int grid,
                                 cudaStream_t stream) {
-  cudaError_t ce = dpsOsLaunchGather(a, st->gproto, grid, st->gthreads, stream);
+  cudaError_t ce = dpsOsLaunchGather(a, st->lay.gproto, grid, st->lay.gthreads, stream);
   if (ce != cudaSuccess)
     return dpsSetError(dpsCudaError, "onesided %s: kernel launch failed: %s", opName(a->op),
                        cudaGetErrorString(ce));
@@ -533,7 +450,7 @@ static dpsResult_t osGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int
                                    cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   dpsOsGatherArgs a;
-  const int grid = dpsOsPlanGatherOutputs(&st->lay, &st->common, &st->va, &st->out, predict,
+  const int grid = dpsOsPlanGatherOutputs(&st->lay, &st->common, &st->va, &comm->vout, predict,
                                           accept_index, accept_length, sh, &a);
   return launchGather(st, &a, grid, stream);
 }
@@ -542,7 +459,7 @@ static dpsResult_t osGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
                                     cudaStream_t stream) {
   OsState* st = (OsState*)comm->backend_state;
   dpsOsGatherArgs a;
-  const int grid = dpsOsPlanGatherLogprobs(&st->lay, &st->common, &st->va, &st->out, in, sh, &a);
+  const int grid = dpsOsPlanGatherLogprobs(&st->lay, &st->common, &st->va, &comm->vout, in, sh, &a);
   return launchGather(st, &a, grid, stream);
 }
 
@@ -561,7 +478,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   sink.c = st->common;
   sink.op = DPS_OS_OP_RECORDS;
   sink.cap = L->cap_rec;
-  sink.max_blocks = st->maxb; /* waiting kernels of ranks sharing a GPU must all be resident */
+  sink.max_blocks = L->maxb; /* waiting kernels of ranks sharing a GPU must all be resident */
   for (int r = 0; r < L->tp; ++r) sink.stage_peer.p[r] = st->va.peer[r] + L->off_rec;
   DPS_CHECK(op->local(op, &sink, stream));
   dpsRecSource src;
@@ -571,7 +488,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   src.op = DPS_OS_OP_RECORDS;
   src.stage = st->va.base + L->off_rec;
   src.cap = L->cap_rec;
-  src.max_blocks = st->maxb;
+  src.max_blocks = L->maxb;
   dpsResult_t r = op->merge(op, &src, stream);
   /* without its merge this step's records stay unread while the next step
    * overwrites the other parity: the ranks would no longer pair steps */
@@ -579,17 +496,9 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   return r;
 }
 
-static dpsResult_t osPreload(void) {
-  cudaError_t e = dpsOsPreloadSwapKernels();
-  if (e == cudaSuccess) e = dpsOsPreloadGatherKernels();
-  if (e == cudaSuccess) e = dpsPreloadShardKernels();
-  if (e != cudaSuccess) {
-    char note[320];
-    dpsDeviceCodeNote(note, sizeof note);
-    return dpsSetError(dpsCudaError, "%s: loading the kernels failed: %s (%s)", "onesided",
-                       cudaGetErrorString(e), note);
-  }
-  return dpsSuccess;
+static cudaError_t osPreload(void) {
+  const cudaError_t e = dpsOsPreloadSwapKernels();
+  return e == cudaSuccess ? dpsOsPreloadGatherKernels() : e;
 }
 
 const dpsBackendOps dpsOnesidedBackendOps = {

@@ -1,6 +1,7 @@
 /* Host-side planning of the onesided backend: see onesided_plan.h. */
 #include "onesided_plan.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -11,35 +12,61 @@ static int clampGrid(uint64_t want, int cap) {
   return want > (uint64_t)cap ? cap : (int)want;
 }
 
+/* Byte arithmetic that remembers an overflow (*ovf = 1) instead of wrapping. */
+static size_t mulc(size_t a, size_t b, int* ovf) {
+  uint64_t r;
+  if (!dpsMulOk(a, b, &r) || r > (uint64_t)SIZE_MAX) {
+    *ovf = 1;
+    return 0;
+  }
+  return (size_t)r;
+}
+static size_t addc(size_t a, size_t b, int* ovf) {
+  if (b > SIZE_MAX - 255 || a > SIZE_MAX - 255 - b) { /* room for a 256-byte rounding */
+    *ovf = 1;
+    return 0;
+  }
+  return a + b;
+}
+
 dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
-  L->max_reqs = L->max_pad_bs / L->tp;
+  const size_t max_reqs = (size_t)(L->max_pad_bs / L->tp);
+  const size_t tp = (size_t)L->tp, n = (size_t)L->n;
+  int ovf = 0;
   /* the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
   L->close_bytes = dpsRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
 
   /* window A */
-  const int64_t lineVals =
+  const size_t lineVals =
       L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
   const size_t lineBytes =
       L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
-  L->cap_out = ((int64_t)L->max_reqs * (2 * (int64_t)L->n + 1) + lineVals - 1) / lineVals;
-  L->cap_lp = ((int64_t)L->max_reqs * L->n + lineVals - 1) / lineVals;
+  const size_t outVals = mulc(max_reqs, addc(mulc(2, n, &ovf), 1, &ovf), &ovf);
+  L->cap_out = (int64_t)((outVals + lineVals - 1) / lineVals);
+  L->cap_lp = (int64_t)((mulc(max_reqs, n, &ovf) + lineVals - 1) / lineVals);
   const size_t flags = DPS_OS_FLAG_WORDS(L->tp, L->maxb) * 8u;
   L->off_fail = dpsRoundUp(flags, 256);
   L->off_gout = L->off_fail + dpsRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
-  L->off_glp =
-      L->off_gout + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_out * lineBytes, 256);
+  const size_t gout = mulc(mulc(2 * tp, (size_t)L->cap_out, &ovf), lineBytes, &ovf);
+  L->off_glp = dpsRoundUp(addc(L->off_gout, gout, &ovf), 256);
   /* records (argmax, top-k, sample): LL lines of two words */
-  const int64_t recRows = (int64_t)L->max_pad_bs * L->n;
-  L->cap_rec = recRows * (L->rec_words / 2);
-  L->off_rec =
-      L->off_glp + dpsRoundUp(2u * (size_t)L->tp * (size_t)L->cap_lp * lineBytes, 256);
-  L->bytes_a = L->off_rec + 2u * (size_t)L->tp * (size_t)L->cap_rec * 16u;
+  const size_t recRows = mulc((size_t)L->max_pad_bs, n, &ovf);
+  L->cap_rec = (int64_t)mulc(recRows, (size_t)(L->rec_words / 2), &ovf);
+  const size_t glp = mulc(mulc(2 * tp, (size_t)L->cap_lp, &ovf), lineBytes, &ovf);
+  L->off_rec = dpsRoundUp(addc(L->off_glp, glp, &ovf), 256);
+  const size_t rec = mulc(mulc(2 * tp, (size_t)L->cap_rec, &ovf), 16u, &ovf);
+  L->bytes_a = addc(L->off_rec, rec, &ovf);
+  if (ovf || L->cap_rec < 0 || L->cap_out < 0)
+    return dpsSetError(dpsInvalidArgument,
+                       "onesided: the byte count of window A (max_pad_bs=%d, N=%d, tp=%d, records "
+                       "of %d words) overflows",
+                       L->max_pad_bs, L->n, L->tp, L->rec_words);
   return dpsSuccess;
 }
 
 dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize) {
   uint64_t rowsN, outBytes;
-  if (!dpsMulOk((uint64_t)L->max_reqs, (uint64_t)L->n, &rowsN) ||
+  if (!dpsMulOk((uint64_t)(L->max_pad_bs / L->tp), (uint64_t)L->n, &rowsN) ||
       !dpsMulOk(rowsN, (uint64_t)L->vocab, &outBytes) || !dpsMulOk(outBytes, esize, &outBytes))
     return dpsSetError(dpsInvalidArgument, "onesided: swap output size overflows");
   const uint64_t chunk = outBytes / (uint64_t)L->tp; /* per-peer chunk at max_pad_bs */
@@ -51,17 +78,11 @@ dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize) {
   return dpsSuccess;
 }
 
-dpsOsOutputs dpsOsOutputsOf(const dpsOsLayout* L, void* verify, void* close) {
-  const dpsVerifyOutLayout o = dpsVerifyOutputsLayout(L->max_pad_bs, L->n);
-  char* b = (char*)verify;
-  dpsOsOutputs r;
-  r.predict = (int32_t*)b;
-  r.accept_index = (int32_t*)(b + o.seg);
-  r.logprobs = (float*)(b + 2 * o.seg);
-  r.accept_length = (int32_t*)(b + 3 * o.seg);
-  r.close_in = (uint32_t*)close;
-  r.close_out = r.close_in + 1;
-  return r;
+dpsOsCloseWords dpsOsCloseWordsAt(void* close) {
+  dpsOsCloseWords w;
+  w.in = (uint32_t*)close;
+  w.out = w.in + 1;
+  return w;
 }
 
 dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
@@ -134,7 +155,7 @@ static int planGather(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWin
 }
 
 int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                           const dpsOsOutputs* out, const int32_t* predict,
+                           const dpsVerifyOutputs* out, const int32_t* predict,
                            const int32_t* accept_index, const int32_t* accept_length,
                            const dpsShape* sh, dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
@@ -153,7 +174,7 @@ int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dps
 }
 
 int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                            const dpsOsOutputs* out, const float* in, const dpsShape* sh,
+                            const dpsVerifyOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
   args->op = DPS_OS_OP_GATHER_LOGPROBS;
@@ -167,12 +188,12 @@ int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dp
 }
 
 int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                           const dpsOsOutputs* out, dpsOsGatherArgs* args) {
+                           const dpsOsCloseWords* w, dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
   args->op = DPS_OS_OP_GATHER_LOGPROBS;
   args->nseg = 1;
-  args->in[0] = args->in[1] = args->in[2] = out->close_in;
-  args->out[0] = args->out[1] = args->out[2] = out->close_out;
+  args->in[0] = args->in[1] = args->in[2] = w->in;
+  args->out[0] = args->out[1] = args->out[2] = w->out;
   args->count[0] = 1;
   return planGather(L, c, a, L->off_glp, L->cap_lp, args);
 }

@@ -4,10 +4,10 @@
  * arguments and launch plan (swap path LL/direct, vector width, grid;
  * gather staging offsets and grid) from the shape and the pointers.
  *
- * One copy, used by backends/onesided_backend.c (whose NCCL window setup
- * only supplies the addresses) and by the virtual-rank tests
- * (tests/gpu/test_gpu_virtual_ranks.c), which give it cudaMalloc pointers
- * of tp ranks on one device. Nothing here allocates or talks to a device.
+ * Used by backends/onesided_backend.c, whose provider (production: NCCL
+ * windows; the virtual-rank tests: cudaMalloc pointers of tp ranks on one
+ * device) only supplies the addresses. Nothing here allocates or talks to a
+ * device.
  *
  * Memory (per rank):
  *  window A (creation, dtype independent), zeroed, symmetric:
@@ -21,9 +21,8 @@
  *  window B (prepare, once the dtype is fixed), symmetric:
  *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
  *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
- *  verify outputs: the core's (dpsAllocVerifyOutputs, layout.h), plain
- *    device memory; the close exchange's words in an allocation of
- *    close_bytes.
+ *  verify outputs: the core's (comm->vout, layout.h), plain device memory;
+ *    the close exchange's words in an allocation of close_bytes.
  */
 #ifndef DPS_ONESIDED_PLAN_H_
 #define DPS_ONESIDED_PLAN_H_
@@ -55,7 +54,6 @@ typedef struct {
   int gthreads;      /* gather block size */
   int rec_words;     /* record capacity, words per row (comm->rec_words) */
   /* derived by dpsOsLayoutInit */
-  int max_reqs;                /* max_pad_bs / tp */
   size_t close_bytes;          /* the close exchange's words */
   int64_t cap_out, cap_lp;     /* gather staging lines per (parity, src) */
   size_t off_fail, off_gout, off_glp;
@@ -70,7 +68,7 @@ typedef struct {
 } dpsOsLayout;
 
 /* Fills the creation part of the layout from its inputs. dpsInvalidArgument
- * (message set) when max_pad_bs*N overflows. */
+ * (message set) when window A's byte count overflows. */
 dpsResult_t dpsOsLayoutInit(dpsOsLayout* L);
 
 /* Fills the swap window's part for element size esize. dpsInvalidArgument
@@ -84,18 +82,13 @@ typedef struct {
   char* peer[DPS_OS_MAX_RANKS];
 } dpsOsWindows;
 
-/* The verify outputs inside their allocation `verify` (core/layout.h's
- * dpsVerifyOutputsLayout, the core's dpsAllocVerifyOutputs), and the close
- * exchange's words at `close` (close_bytes). */
+/* The close exchange's words (close_bytes of device memory): this rank's
+ * health word (0 = healthy) and every rank's after the exchange. */
 typedef struct {
-  int32_t* predict;
-  int32_t* accept_index;
-  int32_t* accept_length;
-  float* logprobs;
-  uint32_t* close_in;  /* this rank's health word for the close exchange (0 = healthy) */
-  uint32_t* close_out; /* [tp] every rank's health word, after the close exchange */
-} dpsOsOutputs;
-dpsOsOutputs dpsOsOutputsOf(const dpsOsLayout* L, void* verify, void* close);
+  uint32_t* in;  /* [1] */
+  uint32_t* out; /* [tp] */
+} dpsOsCloseWords;
+dpsOsCloseWords dpsOsCloseWordsAt(void* close);
 
 /* The kernels' common arguments, fixed once window A exists. */
 dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
@@ -117,18 +110,18 @@ void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindow
  * L->gthreads). The grid depends only on the capacity (max_pad_bs), never
  * on this call's shape. */
 int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                           const dpsOsOutputs* out, const int32_t* predict,
+                           const dpsVerifyOutputs* out, const int32_t* predict,
                            const int32_t* accept_index, const int32_t* accept_length,
                            const dpsShape* sh, dpsOsGatherArgs* args);
 int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                            const dpsOsOutputs* out, const float* in, const dpsShape* sh,
+                            const dpsVerifyOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args);
 
 /* dpsCommClose's health exchange: one more logprobs-gather call (the same
  * staging, kernel and epoch sequence, which every rank runs at the same
- * point) of one word per rank, close_in -> close_out[src]. Returns its grid. */
+ * point) of one word per rank, w->in -> w->out[src]. Returns its grid. */
 int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
-                           const dpsOsOutputs* out, dpsOsGatherArgs* args);
+                           const dpsOsCloseWords* w, dpsOsGatherArgs* args);
 
 #ifdef __cplusplus
 }

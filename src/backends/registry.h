@@ -1,5 +1,6 @@
-/* The backends' ops tables (for the registry and the tests that drive a
- * backend directly; the core goes through dpsBackendLookup). */
+/* The backends' ops tables and onesided's probe, for the registry's table
+ * (registry.c); the core asks the table (core/internal.h dpsBackendEntry,
+ * dpsBackendLookup), never a backend by name. */
 #ifndef DPS_BACKENDS_REGISTRY_H_
 #define DPS_BACKENDS_REGISTRY_H_
 

@@ -10,8 +10,6 @@
 #include "internal.h"
 #include "provider.h"
 
-#define DPS_DEFAULT_TIMEOUT_MS 5000
-
 /* ---- devices ------------------------------------------------------------- */
 dpsResult_t dpsDeviceEnter(dpsDeviceGuard* g, int device) {
   g->switched = 0;
@@ -68,63 +66,27 @@ dpsResult_t dpsGetUniqueId(dpsUniqueId* id) {
   return dpsSuccess;
 }
 
-/* The effective one-sided timeout: config, else DPSAMPLING_TIMEOUT_MS (a
- * whole number of milliseconds, digits only), else the default. */
-dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
-  if (config->timeout_ms > 0) {
-    *ms = config->timeout_ms;
-    return dpsSuccess;
-  }
-  uint64_t val = 0;
-  const int got = dpsEnvUint("DPSAMPLING_TIMEOUT_MS", &val);
-  if (got == 0) {
-    *ms = DPS_DEFAULT_TIMEOUT_MS;
-    return dpsSuccess;
-  }
-  if (got < 0 || !dpsTimeoutMsInRange(val))
-    return dpsSetError(dpsInvalidArgument,
-                       "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
-                       "[1, 86400000]",
-                       getenv("DPSAMPLING_TIMEOUT_MS"));
-  *ms = (int)val;
-  return dpsSuccess;
-}
-
 /* Every rank must agree on the shape and the backend, or the first
  * collective would hang or corrupt: compare them once, at creation. The
- * exchange also carries each rank's local status (`local`: the outcome of its
- * own checks, e.g. an invalid environment value), so that a rank failing on
- * its own makes every rank fail here instead of leaving them waiting in a
- * later collective. A failing rank keeps its own message. */
+ * exchange (dpsAgree) also carries each rank's local status (`local`: the
+ * outcome of its own checks, e.g. an invalid environment value), so that a
+ * rank failing on its own makes every rank fail here instead of leaving
+ * them waiting in a later collective. A failing rank keeps its own message. */
 static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
-  enum { K = 8, STATUS = 7 };
+  enum { K = 7, BACKEND = 4 };
   const int tp = comm->config.tp_size;
-  int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
-                     comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
-                     (int64_t)comm->backend, comm->timeout_ms, comm->config.max_topk,
-                     (int64_t)local};
+  const int64_t mine[K] = {comm->config.max_pad_bs, comm->config.num_tokens_per_req,
+                           comm->config.vocab_size, (int64_t)comm->config.logits_dtype,
+                           (int64_t)comm->backend, comm->timeout_ms, comm->config.max_topk};
   static const char* names[K] = {"max_pad_bs", "num_tokens_per_req", "vocab_size",
-                                 "logits_dtype", "backend", "timeout_ms", "max_topk", "status"};
-  if (tp == 1) return local;
+                                 "logits_dtype", "backend", "timeout_ms", "max_topk"};
   int64_t* all = (int64_t*)malloc(sizeof(int64_t) * K * (size_t)tp);
   if (all == NULL) return dpsSetError(dpsSystemError, "out of host memory");
-  char msg[512] = "";
-  if (local != dpsSuccess) snprintf(msg, sizeof msg, "%s", dpsGetLastError());
-  dpsResult_t res = comm->prov->exchange(comm, mine, all, K);
-  if (local != dpsSuccess) {
-    res = dpsSetError(local, "%s", msg); /* this rank's own message stays the last error */
-    goto out;
-  }
+  dpsResult_t res = dpsAgree(comm, local, "creation (its local checks)", mine, K, all);
   for (int r = 0; r < tp && res == dpsSuccess; ++r)
-    if (all[r * K + STATUS] != dpsSuccess)
-      res = dpsSetError(dpsInvalidUsage,
-                        "rank %d failed its own checks during creation with %s (its error "
-                        "message says why); every rank fails",
-                        r, dpsGetErrorString((dpsResult_t)all[r * K + STATUS]));
-  for (int r = 0; r < tp && res == dpsSuccess; ++r)
-    for (int k = 0; k < STATUS; ++k)
+    for (int k = 0; k < K; ++k)
       if (all[r * K + k] != mine[k]) {
-        if (k == 4)
+        if (k == BACKEND)
           res = dpsSetError(dpsInvalidUsage,
                             "ranks disagree on the backend: rank %d resolved '%s', rank %d '%s' "
                             "(check DPSAMPLING_BACKEND on every rank)",
@@ -136,7 +98,6 @@ static dpsResult_t checkGroupAgreement(dpsComm_t comm, dpsResult_t local) {
                             comm->config.rank, names[k], mine[k], r, names[k], all[r * K + k]);
         break;
       }
-out:
   free(all);
   return res;
 }
@@ -159,10 +120,23 @@ static dpsResult_t prepareDtype(dpsComm_t comm, dpsDataType_t dtype) {
   return dpsSuccess;
 }
 
+dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops) {
+  if (ops->preload == NULL) return dpsSuccess;
+  cudaError_t e = ops->preload();
+  if (e == cudaSuccess) e = dpsPreloadShardKernels();
+  if (e != cudaSuccess) {
+    char note[320];
+    dpsDeviceCodeNote(note, sizeof note);
+    return dpsSetError(dpsCudaError, "%s backend: loading the kernels failed: %s (%s)", ops->name,
+                       cudaGetErrorString(e), note);
+  }
+  return dpsSuccess;
+}
+
 /* Loads the backend's kernels and runs its init. */
 static dpsResult_t initBackend(dpsComm_t comm, const dpsBackendOps* ops) {
   comm->ops = ops;
-  if (ops->preload) DPS_CHECK(ops->preload());
+  DPS_CHECK(dpsPreloadBackend(ops));
   return ops->init(comm);
 }
 
@@ -188,20 +162,17 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   /* Local checks record their failure in `local` instead of returning: the
    * agreement exchange below must still happen on every rank. */
   dpsResult_t res = dpsSuccess;
-  dpsResult_t local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
-  if (local != dpsSuccess) comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
+  comm->timeout_ms = DPS_DEFAULT_TIMEOUT_MS;
+  dpsResult_t local = dpsReadEnv(&comm->env);
+  if (local == dpsSuccess) local = dpsResolveTimeoutMs(config, &comm->timeout_ms);
 
-  /* auto resolves to onesided when its probe says the group can run it */
-  const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
-  const int reachable = os != NULL && os->available(comm);
+  /* every backend's probe; auto takes the table's pick among them */
+  const unsigned avail = dpsBackendsAvailable(comm);
   comm->backend = (dpsBackend_t)-1;
-  if (local == dpsSuccess) local = dpsResolveBackend(config->backend, reachable, &comm->backend);
+  if (local == dpsSuccess) local = dpsResolveBackendIn(config->backend, avail, &comm->backend);
   const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
-  if (local == dpsSuccess && be == NULL)
-    local = dpsSetError(dpsInternalError, "backend %s has no implementation",
-                        dpsBackendName(comm->backend));
   if (ops == NULL && be != NULL) ops = be->ops;
-  if (local == dpsSuccess && ops->preload) local = ops->preload();
+  if (local == dpsSuccess) local = dpsPreloadBackend(ops);
   if (local == dpsSuccess) local = provider->device->init(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;
@@ -209,14 +180,17 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   comm->ops = ops;
   res = ops->init(comm);
   /* dpsUnavailable from a backend's init is agreed by every rank (e.g. no
-   * symmetric memory for onesided): auto falls back to nccl */
-  if (res == dpsUnavailable && config->backend == dpsBackendAuto &&
-      comm->backend == dpsBackendOnesided && ops == be->ops) {
-    dpsLog(DPS_LOG_INFO, "rank %d: backend=auto: onesided is unavailable (%s); using nccl",
-           config->rank, dpsGetLastError());
+   * symmetric memory for onesided): auto falls back along the table */
+  const dpsBackendEntry* next = be;
+  while (res == dpsUnavailable && config->backend == dpsBackendAuto && ops == be->ops &&
+         (next = dpsBackendFallback(be)) != NULL) {
+    dpsLog(DPS_LOG_INFO, "rank %d: backend=auto: %s is unavailable (%s); using %s", config->rank,
+           be->name, dpsGetLastError(), next->name);
     if (ops->destroy) ops->destroy(comm);
-    comm->backend = dpsBackendNccl;
-    res = initBackend(comm, dpsBackendLookup(dpsBackendNccl)->ops);
+    be = next;
+    comm->backend = be->id;
+    ops = be->ops;
+    res = initBackend(comm, ops);
   }
   if (res != dpsSuccess) goto fail;
   if (config->logits_dtype != dpsDtypeUnset) {
@@ -224,10 +198,10 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
     if (res != dpsSuccess) goto fail;
   }
   dpsLog(DPS_LOG_INFO,
-         "rank %d/%d device %d: backend=%s (requested %s, onesided reachable=%d, provider %s) "
+         "rank %d/%d device %d: backend=%s (requested %s, available mask 0x%x, provider %s) "
          "max_pad_bs=%d N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
          config->rank, config->tp_size, device, dpsBackendName(comm->backend),
-         dpsBackendName(config->backend), reachable, provider->name, config->max_pad_bs,
+         dpsBackendName(config->backend), avail, provider->name, config->max_pad_bs,
          config->num_tokens_per_req, config->vocab_size, dpsDataTypeName(comm->dtype),
          comm->timeout_ms, comm->initialized ? "" : " (buffers for the logits dtype deferred)");
   dpsClearError();
@@ -294,44 +268,46 @@ static dpsResult_t resolveDevice(const dpsConfig_t* config, int* device) {
   return dpsSuccess;
 }
 
-dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* id, const dpsConfig_t* config) {
-  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: comm is NULL");
-  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: unique_id is NULL");
-  DPS_CHECK(dpsConfigCheck(config));
-  int device;
-  DPS_CHECK(resolveDevice(config, &device));
-  dpsDeviceGuard g;
-  DPS_CHECK(dpsDeviceEnter(&g, device));
-  ncclUniqueId nid;
-  memcpy(&nid, id->internal, sizeof nid);
-  ncclComm_t nccl = NULL;
-  ncclResult_t nr = ncclCommInitRank(&nccl, config->tp_size, nid, config->rank);
-  dpsResult_t res;
-  if (nr != ncclSuccess)
-    res = dpsSetError(dpsNcclError, "ncclCommInitRank(tp_size=%d, rank=%d) failed: %s",
-                      config->tp_size, config->rank, ncclGetErrorString(nr));
-  else
-    res = createComm(comm, nccl, 1, config, device);
-  dpsDeviceLeave(&g);
-  return res;
-}
-
-dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dpsConfig_t* config) {
-  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: comm is NULL");
-  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: nccl_comm is NULL");
+/* The steps both entry points share: the config's checks and the device,
+ * then the NCCL communicator, the library's own from `id` (nccl NULL) or the
+ * borrowed `nccl`, and creation on it, on the communicator's device. */
+static dpsResult_t initComm(dpsComm_t* comm, const dpsUniqueId* id, ncclComm_t nccl,
+                            const dpsConfig_t* config) {
   DPS_CHECK(dpsConfigCheck(config));
   int device;
   DPS_CHECK(resolveDevice(config, &device));
   int nccl_dev = -1;
-  if (ncclCommCuDevice(nccl, &nccl_dev) == ncclSuccess && nccl_dev != device)
+  if (nccl != NULL && ncclCommCuDevice(nccl, &nccl_dev) == ncclSuccess && nccl_dev != device)
     return dpsSetError(dpsInvalidArgument,
                        "nccl_comm is on CUDA device %d but cuda_device=%d (config or current)",
                        nccl_dev, device);
   dpsDeviceGuard g;
   DPS_CHECK(dpsDeviceEnter(&g, device));
-  dpsResult_t res = createComm(comm, nccl, 0, config, device);
+  const int owns = nccl == NULL;
+  dpsResult_t res = dpsSuccess;
+  if (owns) {
+    ncclUniqueId nid;
+    memcpy(&nid, id->internal, sizeof nid);
+    ncclResult_t nr = ncclCommInitRank(&nccl, config->tp_size, nid, config->rank);
+    if (nr != ncclSuccess)
+      res = dpsSetError(dpsNcclError, "ncclCommInitRank(tp_size=%d, rank=%d) failed: %s",
+                        config->tp_size, config->rank, ncclGetErrorString(nr));
+  }
+  if (res == dpsSuccess) res = createComm(comm, nccl, owns, config, device);
   dpsDeviceLeave(&g);
   return res;
+}
+
+dpsResult_t dpsCommInitRank(dpsComm_t* comm, const dpsUniqueId* id, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: comm is NULL");
+  if (id == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitRank: unique_id is NULL");
+  return initComm(comm, id, NULL, config);
+}
+
+dpsResult_t dpsCommInitFromNccl(dpsComm_t* comm, struct ncclComm* nccl, const dpsConfig_t* config) {
+  if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: comm is NULL");
+  if (nccl == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommInitFromNccl: nccl_comm is NULL");
+  return initComm(comm, NULL, nccl, config);
 }
 
 
@@ -399,6 +375,14 @@ dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error) {
 
 dpsResult_t dpsCommSetCollectives(dpsComm_t comm, const dpsCollectives_t* table) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "dpsCommSetCollectives: comm is NULL");
+  const dpsBackendEntry* e = dpsBackendLookup(comm->backend);
+  if (table != NULL && (e == NULL || !e->uses_collectives))
+    return dpsSetError(dpsUnavailable,
+                       "dpsCommSetCollectives: the communicator runs the %s backend, which uses no "
+                       "collectives (%s): the table would never be called. Only the nccl backend "
+                       "uses them (request backend nccl, or leave the defaults)",
+                       dpsBackendName(comm->backend),
+                       e != NULL && e->no_collectives_why ? e->no_collectives_why : "none");
   if (table == NULL) memset(&comm->coll, 0, sizeof comm->coll);
   else comm->coll = *table;
   return dpsSuccess;
@@ -496,6 +480,12 @@ dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsO
   return r;
 }
 
+dpsResult_t dpsOpBegin(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x) {
+  DPS_CHECK(dpsCheckOpen(comm, op));
+  DPS_CHECK(dpsCommHealth(comm));
+  return dpsOpEnter(comm, op, stream, x);
+}
+
 /* Ends an operation; `r` is its outcome. Successful work is noted for
  * teardown (dpsNoteWork). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r) {
@@ -552,10 +542,8 @@ dpsResult_t dpsSwapBatchVocab(dpsComm_t comm, const void* in, int64_t rows, int6
                        op, rows, cols, pad_bs, comm->config.num_tokens_per_req,
                        comm->config.vocab_size, comm->config.tp_size, want_rows, want_cols);
   DPS_CHECK(dpsCheckLogitsData(comm, op, "local_logits", in, dtype));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   dpsResult_t r = dpsSuccess;
   if (comm->dtype == dpsDtypeUnset) {
     if (x.capturing)
@@ -604,17 +592,15 @@ dpsResult_t dpsGatherVerifyOutputs(dpsComm_t comm, const int32_t* predict,
   }
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "predict/accept_index", reqs, n, pad_bs));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   const dpsShape sh = callShape(comm, pad_bs, sizeof(int32_t));
   dpsResult_t r = comm->ops->gather_outputs(comm, &sh, predict, accept_index, accept_length, stream);
   dpsOpLeave(comm, &x, r);
   if (r == dpsSuccess) {
-    *predict_out = comm->predict_out;
-    *accept_index_out = comm->accept_index_out;
-    *accept_length_out = comm->accept_length_out;
+    *predict_out = comm->vout.predict;
+    *accept_index_out = comm->vout.accept_index;
+    *accept_length_out = comm->vout.accept_length;
   }
   return r;
 }
@@ -630,13 +616,11 @@ dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprobs, int64
   if (output == NULL) return dpsSetError(dpsInvalidArgument, "%s: output is NULL", op);
   DPS_CHECK(checkPadBs(comm, op, pad_bs));
   DPS_CHECK(checkVerifyShape(comm, op, "logprobs", reqs, n, pad_bs));
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   const dpsShape sh = callShape(comm, pad_bs, sizeof(float));
   dpsResult_t r = comm->ops->gather_logprobs(comm, &sh, logprobs, stream);
   dpsOpLeave(comm, &x, r);
-  if (r == dpsSuccess) *output = comm->logprobs_out;
+  if (r == dpsSuccess) *output = comm->vout.logprobs;
   return r;
 }

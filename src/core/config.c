@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -138,6 +139,96 @@ int dpsEnvIsZero(const char* name) {
   return *end == '\0' && x == 0;
 }
 
+/* ---- the environment: one policy for every variable ---------------------
+ * Read and checked at every creation, whichever backend resolves; a value
+ * that is set and invalid fails creation with dpsInvalidArgument naming the
+ * variable and its value (docs/api.md, "Environment variables"). */
+static dpsResult_t envBad(const char* var, const char* want) {
+  return dpsSetError(dpsInvalidArgument, "%s='%s' %s (unset it for the default)", var,
+                     getenv(var), want);
+}
+
+/* A whole number in [lo, hi] (digits only); *v untouched when unset. */
+static dpsResult_t envRange(const char* var, uint64_t lo, uint64_t hi, const char* want,
+                            uint64_t* v) {
+  uint64_t x = 0;
+  const int got = dpsEnvUint(var, &x);
+  if (got == 0) return dpsSuccess;
+  if (got < 0 || x < lo || x > hi) return envBad(var, want);
+  *v = x;
+  return dpsSuccess;
+}
+
+/* One of `names` (exact); *v = its index, untouched when unset. */
+static dpsResult_t envChoice(const char* var, const char* const* names, int count,
+                             int ignore_case, const char* want, int* v) {
+  const char* s = getenv(var);
+  if (s == NULL || s[0] == '\0') return dpsSuccess;
+  for (int i = 0; i < count; ++i)
+    if ((ignore_case ? strcasecmp(s, names[i]) : strcmp(s, names[i])) == 0) {
+      *v = i;
+      return dpsSuccess;
+    }
+  return envBad(var, want);
+}
+
+static dpsResult_t envTimeout(uint64_t* ms) {
+  uint64_t x = 0;
+  const int got = dpsEnvUint("DPSAMPLING_TIMEOUT_MS", &x);
+  if (got == 0) return dpsSuccess;
+  if (got < 0 || !dpsTimeoutMsInRange(x))
+    return dpsSetError(dpsInvalidArgument,
+                       "DPSAMPLING_TIMEOUT_MS='%s' must be a whole number of milliseconds in "
+                       "[1, %d]",
+                       getenv("DPSAMPLING_TIMEOUT_MS"), DPS_TIMEOUT_MS_MAX);
+  *ms = x;
+  return dpsSuccess;
+}
+
+dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms) {
+  if (config->timeout_ms > 0) {
+    *ms = config->timeout_ms;
+    return dpsSuccess;
+  }
+  uint64_t v = DPS_DEFAULT_TIMEOUT_MS;
+  DPS_CHECK(envTimeout(&v));
+  *ms = (int)v;
+  return dpsSuccess;
+}
+
+dpsResult_t dpsReadEnv(dpsEnv* e) {
+  memset(e, 0, sizeof *e);
+  static const char* const levels[] = {"WARN", "INFO", "TRACE"};
+  int level = 0;
+  DPS_CHECK(envChoice("DPSAMPLING_DEBUG", levels, 3, 1, "is not WARN, INFO or TRACE", &level));
+  uint64_t v = 0;
+  DPS_CHECK(envTimeout(&v));
+  e->timeout_ms = (int)v;
+  v = DPS_ENV_LL_BYTES_DEFAULT;
+  DPS_CHECK(envRange("DPSAMPLING_ONESIDED_LL_BYTES", 0, UINT64_MAX, "is not a byte count", &v));
+  e->os_ll_bytes = v > DPS_ENV_LL_BYTES_MAX ? DPS_ENV_LL_BYTES_MAX : v;
+  v = 0;
+  DPS_CHECK(envRange("DPSAMPLING_ONESIDED_MAX_BLOCKS", 1, UINT64_MAX, "is not a positive count",
+                     &v));
+  e->os_max_blocks = v > (uint64_t)INT32_MAX ? INT32_MAX : (int)v;
+  static const char* const protos[] = {"ll", "ll128"};
+  DPS_CHECK(envChoice("DPSAMPLING_ONESIDED_GATHER_PROTO", protos, 2, 0, "is neither ll nor ll128",
+                      &e->os_gather_ll128));
+  v = DPS_ENV_GATHER_THREADS_DEFAULT;
+  DPS_CHECK(envRange("DPSAMPLING_ONESIDED_GATHER_THREADS", 32, DPS_ENV_GATHER_THREADS_MAX,
+                     "is not a multiple of 32 in [32, 1024]", &v));
+  if (v % 32 != 0) return envBad("DPSAMPLING_ONESIDED_GATHER_THREADS", "is not a multiple of 32 in [32, 1024]");
+  e->os_gather_threads = (int)v;
+  v = 1;
+  DPS_CHECK(envRange("DPSAMPLING_PDL", 0, 1, "is neither 0 nor 1", &v));
+  e->pdl = (int)v;
+  v = DPS_ENV_SELECT_SPLIT_MAX;
+  DPS_CHECK(envRange("DPSAMPLING_SELECT_SPLIT", 1, DPS_ENV_SELECT_SPLIT_MAX, "is not in [1, 8]",
+                     &v));
+  e->select_split = (int)v;
+  return dpsSuccess;
+}
+
 /* Reads one override variable; *set = 0 if unset or empty. */
 static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value) {
   const char* v = getenv(var);
@@ -152,6 +243,14 @@ static dpsResult_t readEnvBackend(const char* var, int* set, dpsBackend_t* value
 
 dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
                               dpsBackend_t* resolved) {
+  /* the backends without a probe run anywhere; onesided as the caller says */
+  unsigned mask = dpsBackendsAvailable(NULL);
+  if (onesided_available) mask |= DPS_BACKEND_BIT(dpsBackendOnesided);
+  return dpsResolveBackendIn(requested, mask, resolved);
+}
+
+dpsResult_t dpsResolveBackendIn(dpsBackend_t requested, unsigned available,
+                                dpsBackend_t* resolved) {
   if (resolved == NULL) return dpsSetError(dpsInvalidArgument, "dpsResolveBackend: resolved is NULL");
   if (!validBackend(requested))
     return dpsSetError(dpsInvalidArgument,
@@ -176,16 +275,25 @@ dpsResult_t dpsResolveBackend(dpsBackend_t requested, int onesided_available,
     want = env2;
     source = kAlias;
   }
+  /* auto walks the table: the available backend of the highest priority */
+  const dpsBackendEntry* pick = dpsBackendPickAuto(available);
   if (want == dpsBackendAuto) {
-    *resolved = onesided_available ? dpsBackendOnesided : dpsBackendNccl;
+    if (pick == NULL)
+      return dpsSetError(dpsUnavailable, "backend 'auto' (%s): no backend is available", source);
+    *resolved = pick->id;
     return dpsSuccess;
   }
-  if (want == dpsBackendOnesided && !onesided_available)
+  const dpsBackendEntry* e = dpsBackendLookup(want);
+  if (e == NULL)
+    return dpsSetError(dpsInternalError, "backend %s has no implementation", dpsBackendName(want));
+  if (!(available & DPS_BACKEND_BIT(want))) {
+    const char* alt = pick != NULL ? pick->name : "auto";
     return dpsSetError(dpsUnavailable,
-                       "backend 'onesided' (%s) is not available: not every rank of the group is "
-                       "load/store reachable over NVLink (NCCL LSA team) or symmetric memory is "
-                       "unsupported; request 'auto' or 'nccl', or set DPSAMPLING_BACKEND=nccl",
-                       source);
+                       "backend '%s' (%s) is not available: %s; request 'auto' or '%s', or set "
+                       "DPSAMPLING_BACKEND=%s",
+                       e->name, source, e->unavailable_why ? e->unavailable_why : "its probe failed",
+                       alt, alt);
+  }
   *resolved = want;
   return dpsSuccess;
 }

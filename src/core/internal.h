@@ -57,9 +57,6 @@ void dpsDeviceCodeNote(char* buf, size_t size);
     if (r_ != dpsSuccess) return r_;                                                  \
   } while (0)
 
-/* x rounded up to a multiple of a (a > 0). */
-static inline size_t dpsRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 /* ---- logging (core/log.c): DPSAMPLING_DEBUG=INFO|WARN ------------------- */
 enum { DPS_LOG_NONE = 0, DPS_LOG_WARN = 1, DPS_LOG_INFO = 2 };
 int dpsLogLevel(void);
@@ -84,6 +81,29 @@ int dpsEnvUint(const char* name, uint64_t* value);
 /* Whether environment variable `name` is set to a number equal to 0 (as NCCL
  * reads NCCL_CUMEM_ENABLE / NCCL_WIN_ENABLE). */
 int dpsEnvIsZero(const char* name);
+
+/* Every DPSAMPLING_* variable but the backend override (dpsResolveBackend),
+ * read and checked at each creation before the agreement, whichever
+ * backend resolves: a value that is set and invalid fails creation with
+ * dpsInvalidArgument naming the variable and its value, on every rank (the
+ * others: another rank failed). Unset or empty: the default. The table:
+ * docs/api.md, "Environment variables". */
+#define DPS_DEFAULT_TIMEOUT_MS 5000
+#define DPS_ENV_LL_BYTES_DEFAULT (256u * 1024u)
+#define DPS_ENV_LL_BYTES_MAX (16u * 1024u * 1024u)
+#define DPS_ENV_GATHER_THREADS_DEFAULT 256
+#define DPS_ENV_GATHER_THREADS_MAX 1024
+#define DPS_ENV_SELECT_SPLIT_MAX 8
+typedef struct {
+  int timeout_ms;        /* DPSAMPLING_TIMEOUT_MS; 0: unset */
+  uint64_t os_ll_bytes;  /* DPSAMPLING_ONESIDED_LL_BYTES, at most DPS_ENV_LL_BYTES_MAX */
+  int os_max_blocks;     /* DPSAMPLING_ONESIDED_MAX_BLOCKS; 0: unset (the SM count) */
+  int os_gather_ll128;   /* DPSAMPLING_ONESIDED_GATHER_PROTO: 0 ll, 1 ll128 */
+  int os_gather_threads; /* DPSAMPLING_ONESIDED_GATHER_THREADS */
+  int pdl;               /* DPSAMPLING_PDL */
+  int select_split;      /* DPSAMPLING_SELECT_SPLIT */
+} dpsEnv;
+dpsResult_t dpsReadEnv(dpsEnv* env);
 
 /* ---- limits (core/config.c), checked once, in 64 bits ------------------- */
 /* The longest one-sided timeout, from the config or DPSAMPLING_TIMEOUT_MS:
@@ -155,9 +175,10 @@ typedef struct dpsBackendOps {
    * cudaFree, no device synchronization). Never fails. */
   void (*destroy)(dpsComm_t comm);
   /* At creation, local, before the agreement exchange (so that a failure
-   * makes every rank fail): load every kernel of the backend now. May be
-   * NULL. */
-  dpsResult_t (*preload)(void);
+   * makes every rank fail): loads the backend's own kernels now; the core
+   * (dpsPreloadBackend) adds the shard reductions' and names a failure.
+   * May be NULL: nothing is loaded (the CPU tests' backends). */
+  cudaError_t (*preload)(void);
   /* The collective part of teardown (dpsCommClose), on every rank together,
    * after the core waited for the communicator's own work. `failed`: whether
    * this rank knows the communicator failed. Returns the decision every rank
@@ -170,17 +191,48 @@ typedef struct dpsBackendOps {
   dpsResult_t (*records)(dpsComm_t comm, const dpsRecOp* op, cudaStream_t stream);
 } dpsBackendOps;
 
-/* The registry (backends/registry.c): one entry per resolved backend. */
+/* The registry (backends/registry.c): one entry per resolved backend. The
+ * core asks the table, never a backend by name: which backends can run here,
+ * which one `auto` picks, whether an operation may block the host, whether
+ * dpsCommSetCollectives applies. Adding a backend is one entry there (and
+ * its enum value in the public header). */
 typedef struct {
   dpsBackend_t id;
   const char* name;
-  /* Whether the backend can run on the communicator's group (local probe). */
+  /* `auto` picks the available entry of the highest priority. */
+  int auto_priority;
+  /* Whether the backend can run on the communicator's group (a local
+   * probe; the ranks agree on the resolved backend afterwards). NULL:
+   * wherever the group runs, on every rank alike (a fallback candidate). */
   int (*available)(dpsComm_t comm);
+  /* Why `available` can say no (in the message of an explicit request). */
+  const char* unavailable_why;
+  /* Whether an operation of a prepared communicator may block the host
+   * (dpsCommOpMayBlock). */
+  int may_block;
+  /* Whether the operations go through the replaceable collectives
+   * (dpsCommSetCollectives); else why not (in its message). */
+  int uses_collectives;
+  const char* no_collectives_why;
   const dpsBackendOps* ops;
 } dpsBackendEntry;
 /* The entry of a resolved backend (dpsBackendNccl, dpsBackendOnesided), or NULL. */
 const dpsBackendEntry* dpsBackendLookup(dpsBackend_t id);
-
+/* The set of backends as a mask: bit (1u << id). */
+#define DPS_BACKEND_BIT(id) (1u << (unsigned)(id))
+/* Every entry whose probe says it can run on comm's group (comm NULL: only
+ * those without a probe). */
+unsigned dpsBackendsAvailable(dpsComm_t comm);
+/* What `auto` resolves to among the backends of `mask`: the entry of the
+ * highest priority, or NULL when the mask holds none. */
+const dpsBackendEntry* dpsBackendPickAuto(unsigned mask);
+/* auto's fallback after `failed` reported dpsUnavailable at its (agreed)
+ * initialization: the next entry by priority whose availability needs no
+ * probe, so every rank takes the same one without another agreement; NULL
+ * when none is left. */
+const dpsBackendEntry* dpsBackendFallback(const dpsBackendEntry* failed);
+/* dpsResolveBackend with the availability of every backend as a mask. */
+dpsResult_t dpsResolveBackendIn(dpsBackend_t requested, unsigned available, dpsBackend_t* resolved);
 
 /* ---- the communicator ---------------------------------------------------- */
 #define DPS_MAX_CAPTURES 8 /* streams remembered as capturing this communicator's work */
@@ -191,6 +243,7 @@ struct dpsComm {
   dpsDataType_t dtype;    /* fixed logits dtype, or dpsDtypeUnset */
   int device;             /* CUDA ordinal */
   int timeout_ms;
+  dpsEnv env;             /* the environment, read at creation */
   int initialized;        /* every persistent buffer exists */
   /* A dpsResult_t once the communicator broke (first error wins). Atomic:
    * dpsCommGetAsyncError may run on another thread than the operations. */
@@ -209,13 +262,11 @@ struct dpsComm {
   void* backend_state;
 
   /* Persistent outputs: the verify outputs from dpsAllocVerifyOutputs (one
-   * allocation, verify_mem), swap_out from the backend's prepare. */
+   * allocation, verify_mem, carved into vout), swap_out from the backend's
+   * prepare. */
   void* verify_mem;
+  dpsVerifyOutputs vout;
   void* swap_out;               /* [max_pad_bs/tp*N, V] of dtype */
-  int32_t* predict_out;         /* [max_pad_bs, N] */
-  int32_t* accept_index_out;    /* [max_pad_bs, N] */
-  int32_t* accept_length_out;   /* [max_pad_bs]    */
-  float* logprobs_out;          /* [max_pad_bs, N] */
   /* The shard reductions (dpsAllocShardState): dpsSample's scratch
    * (core/sample.c: state, partial records, tickets, counters), the device's
    * SM count and the argmax / top-k row-split table for the row splits. */
@@ -271,9 +322,9 @@ dpsResult_t dpsTeardownInit(dpsComm_t comm);
 dpsResult_t dpsDeviceAlloc(dpsComm_t comm, void** p, size_t bytes, const char* what);
 /* Stream-ordered free on comm->aux; NULL is a no-op; sets *p to NULL. */
 void dpsDeviceFree(dpsComm_t comm, void** p);
-/* The verify outputs every backend needs (predict_out, accept_index_out,
- * accept_length_out, logprobs_out): one allocation (layout.h), made by the
- * backend's init through this, freed by dpsFreeVerifyOutputs. */
+/* The verify outputs every backend needs (comm->vout): one allocation
+ * (layout.h), made by the backend's init through this, freed by
+ * dpsFreeVerifyOutputs. */
 dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
 /* The most ranks of a shard reduction (argmax, top-k, sample): their merges
  * hold every rank's record of a row in shared memory. Equal to the onesided
@@ -298,9 +349,12 @@ dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* 
  * its destroy. */
 dpsResult_t dpsAllocShardState(dpsComm_t comm);
 void dpsFreeShardState(dpsComm_t comm);
-/* Loads the shard reductions' kernels (argmax, top-k, sample): every
- * backend's preload. */
+/* Loads the shard reductions' kernels (argmax, top-k, sample): part of
+ * every backend's preload. */
 cudaError_t dpsPreloadShardKernels(void);
+/* Loads a backend's kernels and the shard reductions' (core/comm.c);
+ * dpsCudaError naming the device's sm and the build's architectures. */
+dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops);
 void dpsFreeVerifyOutputs(dpsComm_t comm);
 /* Called by every operation after its backend call succeeded: records
  * work_done (uncaptured) or remembers the capture (captured). */
@@ -320,6 +374,10 @@ typedef struct dpsOpCtx {
 /* Switches to the communicator's device and inspects the stream (capture
  * state, device), through the provider's device hooks. */
 dpsResult_t dpsOpEnter(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
+/* An operation's first steps after its argument checks: refused once
+ * closed (dpsCheckOpen), the communicator's health (dpsCommHealth), then
+ * dpsOpEnter. */
+dpsResult_t dpsOpBegin(dpsComm_t comm, const char* op, cudaStream_t stream, dpsOpCtx* x);
 /* Ends an operation whose outcome is r (successful work is noted for teardown). */
 void dpsOpLeave(dpsComm_t comm, dpsOpCtx* x, dpsResult_t r);
 /* The argument checks of a logits input shared by the swap and the
@@ -346,18 +404,19 @@ dpsResult_t dpsCommHealth(dpsComm_t comm);
 /* The backend's, then the group's asynchronous error (non-blocking). */
 dpsResult_t dpsCommAsyncError(dpsComm_t comm);
 
-/* The effective one-sided timeout of a config (core/comm.c). */
+/* The effective one-sided timeout of a config: config, else
+ * DPSAMPLING_TIMEOUT_MS, else DPS_DEFAULT_TIMEOUT_MS (core/config.c). */
 dpsResult_t dpsResolveTimeoutMs(const dpsConfig_t* config, int* ms);
 
-/* Default NCCL collectives (backends/nccl_collectives.c); ctx = ncclComm_t. */
-dpsResult_t dpsNcclAllGather(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
+/* The default NCCL collectives (backends/nccl_collectives.c), behind the
+ * NCCL provider and the public dpsNcclAllGatherBytes / dpsNcclAllToAllBytes.
+ * The all-to-all is the one send/recv loop of the tree, without the
+ * exchange with `skip_rank` (-1: none; the swap copies its own chunk
+ * locally). */
+dpsResult_t dpsNcclAllGather(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
                              cudaStream_t stream);
-/* The one send/recv loop of the tree: the all-to-all, without the exchange
- * with `skip_rank` (-1: none; the swap copies its own chunk locally). */
 dpsResult_t dpsNcclAllToAllSkip(ncclComm_t nccl, const void* sendbuf, void* recvbuf, size_t bytes,
                                 int skip_rank, cudaStream_t stream);
-dpsResult_t dpsNcclAllToAll(void* ctx, const void* sendbuf, void* recvbuf, size_t bytes,
-                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -44,23 +44,19 @@ DPS_HD dpsShape dpsMakeShape(int tp, int rank, int pad_bs, int n, int64_t vocab,
 }
 
 /* swap input: [pad_bs*n, v_local] on every rank. Rows destined to rank d are
- * the contiguous block [d*reqs*n, (d+1)*reqs*n). */
-DPS_HD int64_t dpsSwapRowsPerRank(dpsShape s) { return (int64_t)s.reqs * s.n; }
-
-/* swap output: [reqs*n, vocab]. Element (row, src*v_local + c) comes from
- * rank src's input element (dst_rank*reqs*n + row, c). */
-DPS_HD int64_t dpsSwapOutElems(dpsShape s) { return dpsSwapRowsPerRank(s) * s.vocab; }
-
-/* Byte size of the chunk one rank sends to one peer in the swap. */
+ * the contiguous block [d*rows_per_rank, (d+1)*rows_per_rank). swap output:
+ * [rows_per_rank, vocab]; element (row, src*v_local + c) comes from rank
+ * src's input element (dst_rank*rows_per_rank + row, c). Byte size of the
+ * chunk one rank sends to one peer in the swap: */
 DPS_HD size_t dpsSwapChunkBytes(dpsShape s) {
-  return (size_t)dpsSwapRowsPerRank(s) * (size_t)s.v_local * s.esize;
+  return (size_t)s.rows_per_rank * (size_t)s.v_local * s.esize;
 }
 
-/* Verify outputs packed per rank as int32: predict [reqs*n], accept_index
- * [reqs*n], accept_length [reqs]. */
-DPS_HD int64_t dpsVerifyPackedElems(int reqs, int n) {
-  return (int64_t)reqs * (2 * (int64_t)n + 1); /* no int overflow for any valid N */
-}
+/* Verify outputs packed per rank as int32 (s.packed): predict [reqs*n],
+ * accept_index [reqs*n], accept_length [reqs]. */
+
+/* x rounded up to a multiple of a (a > 0): the one round-up of the tree. */
+DPS_HD size_t dpsRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* The persistent verify outputs, one device allocation per communicator
  * (every backend's): predict | accept_index | logprobs, [max_pad_bs*N] each,
@@ -74,10 +70,30 @@ typedef struct {
 
 DPS_HD dpsVerifyOutLayout dpsVerifyOutputsLayout(int64_t max_pad_bs, int64_t n) {
   dpsVerifyOutLayout o;
-  o.seg = ((size_t)max_pad_bs * (size_t)n * 4u + 255u) / 256u * 256u;
-  o.segl = ((size_t)max_pad_bs * 4u + 255u) / 256u * 256u;
+  o.seg = dpsRoundUp((size_t)max_pad_bs * (size_t)n * 4u, 256);
+  o.segl = dpsRoundUp((size_t)max_pad_bs * 4u, 256);
   o.bytes = 3u * o.seg + o.segl;
   return o;
+}
+
+/* The verify outputs' pointers inside their allocation `base` (the one
+ * place they are carved). */
+typedef struct {
+  int32_t* predict;       /* [max_pad_bs, N] */
+  int32_t* accept_index;  /* [max_pad_bs, N] */
+  int32_t* accept_length; /* [max_pad_bs]    */
+  float* logprobs;        /* [max_pad_bs, N] */
+} dpsVerifyOutputs;
+
+DPS_HD dpsVerifyOutputs dpsVerifyOutputsAt(void* base, int64_t max_pad_bs, int64_t n) {
+  const dpsVerifyOutLayout o = dpsVerifyOutputsLayout(max_pad_bs, n);
+  char* b = (char*)base;
+  dpsVerifyOutputs v;
+  v.predict = (int32_t*)b;
+  v.accept_index = (int32_t*)(b + o.seg);
+  v.logprobs = (float*)(b + 2 * o.seg);
+  v.accept_length = (int32_t*)(b + 3 * o.seg);
+  return v;
 }
 
 /* Overflow-checked product of non-negative sizes; returns 0 on overflow. */

@@ -114,14 +114,23 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
                           const dpsProvider* provider, void* provider_ctx,
                           struct ncclComm* nccl, int owns_nccl, const struct dpsBackendOps* ops);
 
-/* Creation's agreements (core/agree.c), over provider->exchange; every
- * rank calls them at the same point. dpsAgreeMin: element-wise minimum.
- * dpsAgreeStatus: the group's outcome of a local step: a rank that failed
- * keeps its own error; the others fail with dpsUnavailable when every
- * failure was dpsUnavailable, else dpsSystemError, naming `step` and the
- * rank, so that no rank goes on into a collective another will not join. */
-dpsResult_t dpsAgreeMin(dpsComm_t comm, int64_t* vals, int count);
+/* Creation's and prepare's agreements (core/agree.c), over
+ * provider->exchange; every rank calls them at the same point. dpsAgree is
+ * the one exchange: every rank's status of a local step (`local`) and
+ * `count` words (`mine`; all[r * count + i] = rank r's, when all != NULL),
+ * and the group's outcome of `step`: a rank that failed keeps its own
+ * error; the others fail with dpsUnavailable when every failure was
+ * dpsUnavailable, else dpsSystemError ("failed on another rank", naming
+ * `step` and the rank), so that no rank goes on into a collective another
+ * will not join. A rank whose step was dpsUnavailable while another failed
+ * otherwise returns dpsSystemError too. At tp == 1 nothing is exchanged.
+ * dpsAgreeStatus: the status alone. dpsAgreeMin: and the element-wise
+ * minimum of vals over the ranks (on success). */
+dpsResult_t dpsAgree(dpsComm_t comm, dpsResult_t local, const char* step, const int64_t* mine,
+                     int count, int64_t* all);
 dpsResult_t dpsAgreeStatus(dpsComm_t comm, dpsResult_t local, const char* step);
+dpsResult_t dpsAgreeMin(dpsComm_t comm, dpsResult_t local, const char* step, int64_t* vals,
+                        int count);
 
 #ifdef __cplusplus
 }

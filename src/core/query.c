@@ -5,9 +5,9 @@ dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block) {
   if (comm == NULL || may_block == NULL)
     return dpsSetError(dpsInvalidArgument, "dpsCommOpMayBlock: %s is NULL",
                        comm ? "may_block" : "comm");
-  /* Unprepared: the call may allocate (collective). nccl: NCCL's enqueue may
-   * connect to the peers lazily. A prepared onesided communicator only
-   * launches kernels (they wait for peers on the device, not the host). */
-  *may_block = !comm->initialized || comm->backend != dpsBackendOnesided;
+  /* Unprepared: the call may allocate (collective). Prepared: as the
+   * backend's entry says (backends/registry.c). */
+  const dpsBackendEntry* e = dpsBackendLookup(comm->backend);
+  *may_block = !comm->initialized || e == NULL || e->may_block;
   return dpsSuccess;
 }

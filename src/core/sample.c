@@ -64,7 +64,7 @@ dpsResult_t dpsAllocShardState(dpsComm_t comm) {
   _Static_assert(DPS_SAMPLE_PSEARCH_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
   if (comm->sample_mem != NULL) return dpsSuccess;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&comm->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  dpsSelPlanInit(&comm->sel_waves);
+  dpsSelPlanInit(&comm->sel_waves, comm->env.select_split);
   return dpsDeviceAlloc(comm, &comm->sample_mem, scratchLayout(comm).bytes, "dpsSample's scratch");
 }
 

@@ -121,10 +121,8 @@ dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* 
 
 static dpsResult_t runSelect(dpsComm_t comm, const char* op, const dpsSelectCall* call,
                              cudaStream_t stream) {
-  DPS_CHECK(dpsCheckOpen(comm, op));
-  DPS_CHECK(dpsCommHealth(comm));
   dpsOpCtx x;
-  DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
+  DPS_CHECK(dpsOpBegin(comm, op, stream, &x));
   dpsResult_t r = dpsSelectSteps(comm, op, call, stream);
   /* a step missing on one rank leaves the others' records unpaired */
   if (r != dpsSuccess && comm->config.tp_size > 1) (void)dpsCommMarkFailed(comm, r);

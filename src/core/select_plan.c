@@ -15,19 +15,9 @@
 
 int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
-/* DPSAMPLING_SELECT_SPLIT: the most blocks a row is split over, 1..8
- * (default 8; 1: one block per row, no clusters). Local to a rank. */
-static int envSplit(void) {
-  uint64_t v = DPS_SEL_MAX_CHUNKS;
-  if (dpsEnvUint("DPSAMPLING_SELECT_SPLIT", &v) < 0 || v < 1 || v > DPS_SEL_MAX_CHUNKS) {
-    dpsLog(DPS_LOG_WARN, "DPSAMPLING_SELECT_SPLIT='%s' is not in [1, %d]; using %d",
-           getenv("DPSAMPLING_SELECT_SPLIT"), DPS_SEL_MAX_CHUNKS, DPS_SEL_MAX_CHUNKS);
-    return DPS_SEL_MAX_CHUNKS;
-  }
-  return (int)v;
-}
+_Static_assert(DPS_ENV_SELECT_SPLIT_MAX == DPS_SEL_MAX_CHUNKS, "DPSAMPLING_SELECT_SPLIT's range");
 
-void dpsSelPlanInit(dpsSelWaves* w) {
+void dpsSelPlanInit(dpsSelWaves* w, int split) {
   const cudaError_t e = dpsSelectWaves(w);
   if (e != cudaSuccess) {
     /* the split is only a speed-up: without the table every row is one block */
@@ -36,7 +26,6 @@ void dpsSelPlanInit(dpsSelWaves* w) {
     memset(w, 0, sizeof *w);
     return;
   }
-  const int split = envSplit();
   for (int kind = 0; kind < 2; ++kind)
     for (int c = split + 1; c <= DPS_SEL_MAX_CHUNKS; ++c) w->rows[kind][c] = 0;
   const int* am = w->rows[0];

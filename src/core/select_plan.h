@@ -17,10 +17,11 @@ extern "C" {
 /* Words of one row's record (candidates) from one rank (argmax: k == 0). */
 int dpsSelWords(int k);
 
-/* The current device's waves of the local passes, DPSAMPLING_SELECT_SPLIT
- * applied; once per communicator, at creation. A failed occupancy query
- * leaves every row one block (with a warning), never an error. */
-void dpsSelPlanInit(dpsSelWaves* w);
+/* The current device's waves of the local passes, with at most `split`
+ * blocks per row (DPSAMPLING_SELECT_SPLIT, comm->env); once per
+ * communicator, at creation. A failed occupancy query leaves every row one
+ * block (with a warning), never an error. */
+void dpsSelPlanInit(dpsSelWaves* w, int split);
 
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
  * DPS_REC_NONE (the outputs; dpsSelPlanStep sets the records sink at tp > 1).

@@ -69,18 +69,14 @@ dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm) {
   const dpsVerifyOutLayout o =
       dpsVerifyOutputsLayout(comm->config.max_pad_bs, comm->config.num_tokens_per_req);
   DPS_CHECK(dpsDeviceAlloc(comm, &comm->verify_mem, o.bytes, "the verify outputs"));
-  char* b = (char*)comm->verify_mem;
-  comm->predict_out = (int32_t*)b;
-  comm->accept_index_out = (int32_t*)(b + o.seg);
-  comm->logprobs_out = (float*)(b + 2 * o.seg);
-  comm->accept_length_out = (int32_t*)(b + 3 * o.seg);
+  comm->vout = dpsVerifyOutputsAt(comm->verify_mem, comm->config.max_pad_bs,
+                                  comm->config.num_tokens_per_req);
   return dpsSuccess;
 }
 
 void dpsFreeVerifyOutputs(dpsComm_t comm) {
   dpsDeviceFree(comm, &comm->verify_mem);
-  comm->predict_out = comm->accept_index_out = comm->accept_length_out = NULL;
-  comm->logprobs_out = NULL;
+  memset(&comm->vout, 0, sizeof comm->vout);
 }
 
 void dpsNoteWork(dpsComm_t comm, cudaStream_t stream, int capturing, unsigned long long capture_id) {

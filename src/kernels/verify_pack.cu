@@ -1,6 +1,6 @@
 /* Pack / unpack of the verify outputs around the single all-gather of the nccl
  * backend. Packed per rank as int32: predict [reqs*n], accept_index [reqs*n],
- * accept_length [reqs] (dpsVerifyPackedElems). */
+ * accept_length [reqs] (core/layout.h, dpsShape.packed). */
 #include <stdint.h>
 
 #include <cuda_runtime.h>

@@ -11,7 +11,8 @@
 
 #define TP 4
 
-/* What the other ranks say: words[r][i]; this rank's own come from `mine`. */
+/* What the other ranks say: words[r][0] their status, words[r][1 + i] their
+ * words (dpsAgree's layout); this rank's own come from `mine`. */
 static int64_t g_words[TP][8];
 static int g_exchange_fails;
 
@@ -68,7 +69,8 @@ static int testStatus(void) {
                "out of memory on rank 3");
   /* a healthy rank among them: a failure, naming the first failed rank */
   const dpsResult_t mixed[TP] = {dpsSuccess, dpsUnavailable, dpsSuccess, dpsSystemError};
-  FX_CHECK_ERR(agreeWith(mixed, 0, dpsSuccess, ""), dpsSystemError, "failed on rank 1");
+  FX_CHECK_ERR(agreeWith(mixed, 0, dpsSuccess, ""), dpsSystemError,
+               "the step failed on another rank, rank 1");
   /* the exchange itself failing: its error (a healthy rank), the own one otherwise */
   g_exchange_fails = 1;
   FX_CHECK_ERR(agreeWith(ok, 0, dpsSuccess, ""), dpsNcclError, "scripted exchange failure");
@@ -79,11 +81,29 @@ static int testStatus(void) {
 
 static int testMin(void) {
   const int64_t peers[TP][3] = {{5, -1, 7}, {0, 0, 0}, {9, 4, 3}, {6, 8, -2}};
-  for (int r = 0; r < TP; ++r) memcpy(g_words[r], peers[r], sizeof peers[r]);
+  for (int r = 0; r < TP; ++r) {
+    g_words[r][0] = dpsSuccess;
+    memcpy(g_words[r] + 1, peers[r], sizeof peers[r]);
+  }
   int64_t mine[3] = {4, 2, 2}; /* rank 1's own */
-  FX_CHECK_OK(dpsAgreeMin(comm(1), mine, 3));
+  FX_CHECK_OK(dpsAgreeMin(comm(1), dpsSuccess, "the step", mine, 3));
   FX_CHECK(mine[0] == 4 && mine[1] == -1 && mine[2] == -2, "min = {%lld, %lld, %lld}",
            (long long)mine[0], (long long)mine[1], (long long)mine[2]);
+  /* the same exchange carries the status: a failed peer fails the step, and
+   * the words are left as they were */
+  g_words[3][0] = dpsInvalidArgument;
+  int64_t again[3] = {4, 2, 2};
+  FX_CHECK_ERR(dpsAgreeMin(comm(1), dpsSuccess, "the step", again, 3), dpsSystemError,
+               "rank 1: the step failed on another rank, rank 3");
+  FX_CHECK(again[0] == 4 && again[1] == 2 && again[2] == 2, "words changed on failure");
+  /* every rank's words come back through dpsAgree */
+  g_words[3][0] = dpsSuccess;
+  int64_t all[TP * 3];
+  const int64_t own[3] = {4, 2, 2};
+  FX_CHECK_OK(dpsAgree(comm(2), dpsSuccess, "the step", own, 3, all));
+  FX_CHECK(all[0] == 5 && all[3] == 0 && all[6] == 4 && all[9] == 6 && all[11] == -2,
+           "all = {%lld, .., %lld, .., %lld}", (long long)all[0], (long long)all[6],
+           (long long)all[11]);
   return 0;
 }
 

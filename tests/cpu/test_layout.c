@@ -13,7 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/onesided_plan.h"
 #include "fixtures.h"
+#include "internal.h"
 #include "layout.h"
 
 #define MAXTP 8
@@ -39,7 +41,7 @@ static void quiet(int on) {
 
 /* out (rank r) <- simulated swap over the inputs of all ranks. */
 static void simulateSwap(void* const* inputs, void* out, dpsShape s, int rank, int corrupt) {
-  const int64_t rows = dpsSwapRowsPerRank(s);
+  const int64_t rows = s.rows_per_rank;
   const size_t chunk = dpsSwapChunkBytes(s);
   /* All-to-all into staging: staging[src] = inputs[src] + rank*chunk. */
   char* staging = (char*)malloc(chunk * (size_t)s.tp + 1);
@@ -70,11 +72,11 @@ static int testSwap(int tp, int pad_bs, int n, int64_t vocab, dpsDataType_t dt) 
   FX_CHECK(s0.v_local * tp == vocab && s0.reqs * tp == pad_bs, "bad shape");
   const size_t in_elems = (size_t)pad_bs * (size_t)n * (size_t)s0.v_local;
   FX_CHECK(dpsSwapChunkBytes(s0) * (size_t)tp == in_elems * es, "chunks do not tile the input");
-  FX_CHECK(dpsSwapOutElems(s0) == (int64_t)s0.reqs * n * vocab, "out elems");
+  FX_CHECK(s0.rows_per_rank * s0.vocab == (int64_t)s0.reqs * n * vocab, "out elems");
   /* The fixtures' sizes (what dps-perf uses) agree with the library's layout. */
   FX_CHECK(fxSwapChunkBytes(tp, pad_bs, n, vocab, dt) == dpsSwapChunkBytes(s0), "fx chunk bytes");
   FX_CHECK(fxSwapInputBytes(tp, pad_bs, n, vocab, dt) == in_elems * es, "fx input bytes");
-  FX_CHECK(fxSwapOutputBytes(tp, pad_bs, n, vocab, dt) == (size_t)dpsSwapOutElems(s0) * es,
+  FX_CHECK(fxSwapOutputBytes(tp, pad_bs, n, vocab, dt) == (size_t)(s0.rows_per_rank * s0.vocab) * es,
            "fx output bytes");
   for (int r = 0; r < tp; ++r) {
     in[r] = malloc(in_elems * es);
@@ -88,7 +90,7 @@ static int testSwap(int tp, int pad_bs, int n, int64_t vocab, dpsDataType_t dt) 
       FX_CHECK(v == fxLogitValue(row, col, 3, dt), "input slice (%lld,%lld)", (long long)row,
                (long long)col);
     }
-  const size_t out_elems = (size_t)dpsSwapOutElems(s0);
+  const size_t out_elems = (size_t)(s0.rows_per_rank * s0.vocab);
   void* out = malloc(out_elems * es);
   int rc = 0;
   for (int r = 0; r < tp && rc == 0; ++r) {
@@ -136,7 +138,7 @@ static int testSwap(int tp, int pad_bs, int n, int64_t vocab, dpsDataType_t dt) 
 
 static int testVerify(int tp, int pad_bs, int n) {
   const int reqs = pad_bs / tp;
-  const int64_t packed = dpsVerifyPackedElems(reqs, n);
+  const int64_t packed = dpsMakeShape(tp, 0, pad_bs, n, tp, 4).packed;
   FX_CHECK(fxVerifyPackedElems(reqs, n) == (size_t)packed, "fx packed elems");
   int32_t* gathered = (int32_t*)malloc(sizeof(int32_t) * (size_t)packed * (size_t)tp);
   float* lp_gathered = (float*)malloc(sizeof(float) * (size_t)pad_bs * (size_t)n);
@@ -290,8 +292,42 @@ static int testLogitValues(void) {
   return 0;
 }
 
+/* The onesided window A layout: 256-byte aligned regions in order, the
+ * byte count they add up to, and the overflow error onesided_plan.h
+ * promises (returned where max_pad_bs x N x the record words overflow). */
+static int testOsLayout(void) {
+  dpsOsLayout L;
+  memset(&L, 0, sizeof L);
+  L.tp = 4;
+  L.n = 4;
+  L.max_pad_bs = 64;
+  L.vocab = 4000;
+  L.maxb = 16;
+  L.ll_bytes = 256 * 1024;
+  L.gproto = DPS_OS_PROTO_LL;
+  L.gthreads = 256;
+  L.rec_words = 154;
+  FX_CHECK_OK(dpsOsLayoutInit(&L));
+  FX_CHECK(L.cap_out == (16 * 9 + 1) / 2 && L.cap_lp == 16 * 4 / 2 && L.cap_rec == 256 * 77,
+           "caps %lld %lld %lld", (long long)L.cap_out, (long long)L.cap_lp, (long long)L.cap_rec);
+  FX_CHECK(L.off_fail % 256 == 0 && L.off_gout % 256 == 0 && L.off_glp % 256 == 0 &&
+               L.off_rec % 256 == 0 && L.off_fail < L.off_gout && L.off_gout < L.off_glp &&
+               L.off_glp < L.off_rec,
+           "offsets %zu %zu %zu %zu", L.off_fail, L.off_gout, L.off_glp, L.off_rec);
+  FX_CHECK(L.off_glp - L.off_gout >= 2u * 4 * (size_t)L.cap_out * DPS_OS_LL_LINE_BYTES &&
+               L.off_rec - L.off_glp >= 2u * 4 * (size_t)L.cap_lp * DPS_OS_LL_LINE_BYTES &&
+               L.bytes_a == L.off_rec + 2u * 4 * (size_t)L.cap_rec * 16u,
+           "regions do not hold their staging");
+  L.max_pad_bs = 1 << 30;
+  L.n = 1 << 30;
+  FX_CHECK_ERR(dpsOsLayoutInit(&L), dpsInvalidArgument, "window A");
+  FX_CHECK(strstr(dpsGetLastError(), "overflows") != NULL, "message: %s", dpsGetLastError());
+  return 0;
+}
+
 int main(void) {
   if (testConversions()) return 1;
+  if (testOsLayout()) return 1;
   if (testLogitValues()) return 1;
   const dpsDataType_t dts[3] = {dpsFloat32, dpsBfloat16, dpsFloat16};
   struct { int pad_bs, n; int64_t vpr; } shapes[] = {
@@ -323,7 +359,7 @@ int main(void) {
     FX_CHECK(dpsMulOk(1ull << 32, 1ull << 31, &out) && out == 1ull << 63, "mul ok");
     FX_CHECK(!dpsMulOk(1ull << 32, 1ull << 32, &out), "mul overflow");
     FX_CHECK(dpsMulOk(0, UINT64_MAX, &out) && out == 0, "mul zero");
-    FX_CHECK(dpsVerifyPackedElems(4, 3) == 28, "packed elems");
+    FX_CHECK(dpsMakeShape(2, 0, 8, 3, 2, 4).packed == 28, "packed elems");
   }
   if (failures) {
     fprintf(stderr, "test_layout: %d failures\n", failures);

@@ -36,10 +36,10 @@ static _Alignas(256) char sample_buf[16];
 static dpsResult_t fInit(dpsComm_t c) {
   rec.init++;
   c->sample_mem = sample_buf; /* never read: the fake records step launches nothing */
-  c->predict_out = (int32_t*)p_buf;
-  c->accept_index_out = (int32_t*)ai_buf;
-  c->accept_length_out = (int32_t*)al_buf;
-  c->logprobs_out = (float*)lp_buf;
+  c->vout.predict = (int32_t*)p_buf;
+  c->vout.accept_index = (int32_t*)ai_buf;
+  c->vout.accept_length = (int32_t*)al_buf;
+  c->vout.logprobs = (float*)lp_buf;
   return dpsSuccess;
 }
 static dpsResult_t fPrepare(dpsComm_t c) {
@@ -402,6 +402,79 @@ static int testTimeoutEnv(void) {
   return 0;
 }
 
+/* Whether comm->env holds these values (what the backends read). */
+static int envIs(dpsComm_t comm, const char* what, uint64_t ll, int blocks, int ll128, int threads,
+                 int pdl, int split) {
+  const dpsEnv* e = &comm->env;
+  FX_CHECK(e->os_ll_bytes == ll && e->os_max_blocks == blocks && e->os_gather_ll128 == ll128 &&
+               e->os_gather_threads == threads && e->pdl == pdl && e->select_split == split,
+           "%s: ll %llu blocks %d ll128 %d threads %d pdl %d split %d", what,
+           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
+           e->os_gather_threads, e->pdl, e->select_split);
+  return 0;
+}
+
+/* One policy for every environment variable (docs/api.md, "Environment
+ * variables"): set to an invalid value, it fails creation with
+ * dpsInvalidArgument naming the variable and its value, whichever backend;
+ * nothing is written. Valid values reach comm->env. */
+static int testEnvPolicy(void) {
+  static const struct {
+    const char* var;
+    const char* bad;
+  } kBad[] = {
+      {"DPSAMPLING_BACKEND", "fast"},
+      {"TOKENSPEED_DP_SAMPLING_BACKEND", "fast"},
+      {"DPSAMPLING_DEBUG", "verbose"},
+      {"DPSAMPLING_TIMEOUT_MS", "soon"},
+      {"DPSAMPLING_ONESIDED_LL_BYTES", "1k"},
+      {"DPSAMPLING_ONESIDED_MAX_BLOCKS", "0"},
+      {"DPSAMPLING_ONESIDED_GATHER_PROTO", "LL128"},
+      {"DPSAMPLING_ONESIDED_GATHER_THREADS", "48"},
+      {"DPSAMPLING_ONESIDED_GATHER_THREADS", "2048"},
+      {"DPSAMPLING_PDL", "2"},
+      {"DPSAMPLING_SELECT_SPLIT", "9"},
+      {"DPSAMPLING_SELECT_SPLIT", "-1"},
+  };
+  const dpsBackend_t backends[2] = {dpsBackendNccl, dpsBackendOnesided};
+  dpsConfig_t cfg = config(dpsBfloat16);
+  cfg.timeout_ms = 40; /* a config timeout does not hide a bad DPSAMPLING_TIMEOUT_MS */
+  for (size_t i = 0; i < sizeof kBad / sizeof kBad[0]; ++i)
+    for (int b = 0; b < 2; ++b) {
+      setenv(kBad[i].var, kBad[i].bad, 1);
+      char want[128];
+      snprintf(want, sizeof want, "%s='%s'", kBad[i].var, kBad[i].bad);
+      dpsComm_t comm = SENTINEL;
+      memset(&rec, 0, sizeof rec);
+      FX_CHECK_ERR(dpsTestCommCreateHost(&comm, &cfg, backends[b], &kFake), dpsInvalidArgument,
+                   want);
+      FX_CHECK(comm == SENTINEL && rec.init == 0, "%s: comm written or backend initialized", want);
+      unsetenv(kBad[i].var);
+    }
+  /* valid values, each as the backends read it */
+  setenv("DPSAMPLING_DEBUG", "warn", 1);
+  setenv("DPSAMPLING_ONESIDED_LL_BYTES", "99999999", 1); /* above the cap: capped */
+  setenv("DPSAMPLING_ONESIDED_MAX_BLOCKS", "4", 1);
+  setenv("DPSAMPLING_ONESIDED_GATHER_PROTO", "ll128", 1);
+  setenv("DPSAMPLING_ONESIDED_GATHER_THREADS", "64", 1);
+  setenv("DPSAMPLING_PDL", "0", 1);
+  setenv("DPSAMPLING_SELECT_SPLIT", "1", 1);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
+  if (envIs(comm, "set", 16u << 20, 4, 1, 64, 0, 1)) return 1; /* LL bytes capped */
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  const char* set[] = {"DPSAMPLING_DEBUG", "DPSAMPLING_ONESIDED_LL_BYTES",
+                       "DPSAMPLING_ONESIDED_MAX_BLOCKS", "DPSAMPLING_ONESIDED_GATHER_PROTO",
+                       "DPSAMPLING_ONESIDED_GATHER_THREADS", "DPSAMPLING_PDL",
+                       "DPSAMPLING_SELECT_SPLIT"};
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) setenv(set[i], "", 1); /* empty: unset */
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  if (envIs(comm, "defaults", 256u << 10, 0, 0, 256, 1, 8)) return 1;
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) unsetenv(set[i]);
+  return 0;
+}
+
 /* dpsArgmax (..., value, index, lse, stream) and dpsTopK (..., values,
  * indices, stream): each pointer reaches the backend as the output it is
  * documented to be, a bad one is named as that output, and a refused call
@@ -607,8 +680,67 @@ static int testOpMayBlock(void) {
   return 0;
 }
 
+static dpsResult_t neverGather(void* ctx, const void* s, void* r, size_t b, cudaStream_t st) {
+  (void)ctx, (void)s, (void)r, (void)b, (void)st;
+  return dpsInternalError;
+}
+
+/* dpsCommSetCollectives: the table is the nccl backend's; onesided uses no
+ * collectives, so a table for it is dpsUnavailable naming the backend (it
+ * was accepted and never called before), installs nothing, and NULL (the
+ * defaults) is accepted on both. */
+static int testSetCollectives(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  const dpsCollectives_t table = {(void*)in_buf, neverGather, NULL};
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
+  FX_CHECK_ERR(dpsCommSetCollectives(comm, &table), dpsUnavailable, "onesided backend");
+  FX_CHECK(strstr(dpsGetLastError(), "uses no collectives") != NULL, "message: %s",
+           dpsGetLastError());
+  FX_CHECK(comm->coll.all_gather == NULL && comm->coll.ctx == NULL, "table installed anyway");
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsCommSetCollectives(comm, &table));
+  FX_CHECK(comm->coll.all_gather == neverGather && comm->coll.ctx == (void*)in_buf,
+           "table not installed");
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
+  FX_CHECK(comm->coll.all_gather == NULL, "NULL did not restore the defaults");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+/* The registry decides what the core asks: every backend has an entry,
+ * auto picks the available entry of the highest priority, the fallback
+ * needs no probe, may_block and uses_collectives as the backends behave. */
+static int testRegistry(void) {
+  const dpsBackendEntry* os = dpsBackendLookup(dpsBackendOnesided);
+  const dpsBackendEntry* nc = dpsBackendLookup(dpsBackendNccl);
+  FX_CHECK(os != NULL && nc != NULL && dpsBackendLookup(dpsBackendAuto) == NULL, "entries");
+  FX_CHECK(strcmp(os->name, dpsBackendName(os->id)) == 0 &&
+               strcmp(nc->name, dpsBackendName(nc->id)) == 0,
+           "names");
+  FX_CHECK(dpsBackendsAvailable(NULL) == DPS_BACKEND_BIT(dpsBackendNccl), "unprobed: 0x%x",
+           dpsBackendsAvailable(NULL));
+  const unsigned both = DPS_BACKEND_BIT(dpsBackendNccl) | DPS_BACKEND_BIT(dpsBackendOnesided);
+  FX_CHECK(dpsBackendPickAuto(both) == os, "auto with both");
+  FX_CHECK(dpsBackendPickAuto(DPS_BACKEND_BIT(dpsBackendNccl)) == nc, "auto with nccl");
+  FX_CHECK(dpsBackendPickAuto(0) == NULL, "auto with none");
+  FX_CHECK(dpsBackendFallback(os) == nc && dpsBackendFallback(nc) == NULL, "fallbacks");
+  FX_CHECK(!os->may_block && nc->may_block, "may_block");
+  FX_CHECK(!os->uses_collectives && nc->uses_collectives, "uses_collectives");
+  dpsBackend_t b = (dpsBackend_t)-7;
+  FX_CHECK_ERR(dpsResolveBackendIn(dpsBackendAuto, 0, &b), dpsUnavailable, "no backend");
+  FX_CHECK(b == (dpsBackend_t)-7, "written on error");
+  return 0;
+}
+
 int main(void) {
   int fails = 0;
+  fails += testSetCollectives();
+  fails += testEnvPolicy();
+  fails += testRegistry();
   fails += testTimeoutEnv();
   fails += testSwapChecks();
   fails += testGatherChecks();

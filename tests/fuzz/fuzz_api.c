@@ -390,10 +390,10 @@ static void checkPadBsRules(dpsComm_t c, int pad_bs) {
 
 static dpsResult_t fInit(dpsComm_t c) {
   rec.init++;
-  c->predict_out = (int32_t*)p_buf;
-  c->accept_index_out = (int32_t*)ai_buf;
-  c->accept_length_out = (int32_t*)al_buf;
-  c->logprobs_out = (float*)lp_buf;
+  c->vout.predict = (int32_t*)p_buf;
+  c->vout.accept_index = (int32_t*)ai_buf;
+  c->vout.accept_length = (int32_t*)al_buf;
+  c->vout.logprobs = (float*)lp_buf;
   dpsResult_t f = rec.fail_init;
   rec.fail_init = dpsSuccess;
   return f == dpsSuccess ? f : dpsSetError(f, "fake init failure");
@@ -826,6 +826,10 @@ static void opSetCollectives(Rd* r, Model* m, dpsComm_t comm) {
   const dpsCollectives_t* tp = (b & 1) ? NULL : &t;
   Reasons rs = {0};
   if (!m->live) addReason(&rs, dpsInvalidArgument, "comm is NULL");
+  /* only the nccl backend uses collectives: a table for another is refused */
+  else if (tp && m->backend != dpsBackendNccl)
+    addReason(&rs, dpsUnavailable, "runs the %s backend, which uses no collectives",
+              dpsBackendName(m->backend));
   const Counts before = counts();
   dpsClearError();
   dpsResult_t got = dpsCommSetCollectives(comm, tp);

@@ -86,6 +86,11 @@ static int runShape(int rank, int tp, const osShape* sh, const char* ll, cudaStr
   dpsComm_t comm;
   int rc = createOs(&comm, &cfg, ll);
   if (rc) return rc;
+  /* onesided uses no collectives: a table is refused (dpsUnavailable naming
+   * the backend), NULL accepted, and the calls below run as before */
+  const dpsCollectives_t table = {NULL, gtCountingAllGather, gtCountingAllToAll};
+  FX_CHECK_ERR(dpsCommSetCollectives(comm, &table), dpsUnavailable, "onesided backend");
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
   gtBufs b;
   if (gtAllocBufs(&b, tp, sh->max_pad_bs, sh->n, sh->vocab, sh->dtype, sh->in_offset)) return 1;
   void* first = NULL;
