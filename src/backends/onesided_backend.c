@@ -234,7 +234,7 @@ static int64_t envMaxBlocks(int sms) {
 }
 
 /* DPSAMPLING_PDL: 1 (default) launches the kernels with programmatic
- * dependent launch (kernels/launch.cuh), 0 with plain stream order. Local:
+ * dependent launch (kernels/device.cuh), 0 with plain stream order. Local:
  * it changes no protocol, so ranks need not agree. */
 static int envPdl(void) {
   uint64_t v = 1;
