@@ -58,7 +58,13 @@ try:  # generated at build time
 except ImportError:  # pragma: no cover
     _build_info = None
 
-__version__ = "0.4.0"
+# The version of the header the extension was built with (DPS_VERSION_CODE,
+# generated from the file VERSION, the one place the version is written).
+__version__ = "%d.%d.%d" % (
+    _C.HEADER_VERSION // 10000,
+    _C.HEADER_VERSION // 100 % 100,
+    _C.HEADER_VERSION % 100,
+)
 
 __all__ = [
     "DpSamplingComm",

@@ -69,23 +69,40 @@ def test_import_exports():
 
 
 def test_versions_agree():
-    """The version is written in pyproject.toml (the package), CMakeLists.txt
-    (the library's DPS_VERSION_* and the build info) and __init__.py: the
-    package, the loaded library and its header all say the same one."""
+    """The version is written in one file, VERSION. CMakeLists.txt reads it
+    (project(), hence the generated header's DPS_VERSION_* and the build
+    info), pyproject.toml reads it (scikit-build-core's regex provider), and
+    __init__.py computes __version__ from the header the extension was built
+    with: the file, the header, the loaded library and the package agree, and
+    no other file writes a version by hand."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "pyproject.toml")) as f:
-        pyproject = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
-    with open(os.path.join(root, "CMakeLists.txt")) as f:
-        cmake = re.search(r"project\(dpsampling VERSION (\S+)", f.read()).group(1)
-    assert dpsampling.__version__ == pyproject == cmake
-    major, minor, patch = (int(x) for x in pyproject.split("."))
-    code = major * 10000 + minor * 100 + patch
+    with open(os.path.join(root, "VERSION")) as f:
+        text = f.read()
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)\n?", text)
+    assert m, "VERSION must hold MAJOR.MINOR.PATCH, got %r" % text
+    version = text.strip()
+    code = int(m.group(1)) * 10000 + int(m.group(2)) * 100 + int(m.group(3))
+    assert dpsampling.__version__ == version
     info = dpsampling.build_info()
-    assert info["version"] == pyproject
+    assert info["version"] == version
     assert info["library_version"] == code  # dpsGetVersion of the loaded library
     assert dpsampling._dpsampling.HEADER_VERSION == code  # the header it was built with
     if dpsampling._build_info is not None:
-        assert dpsampling._build_info.VERSION == cmake
+        assert dpsampling._build_info.VERSION == version  # CMake's PROJECT_VERSION
+    # the readers of VERSION, and no second hand-written copy
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        pyproject = f.read()
+    assert re.search(r'^dynamic = \["version"\]', pyproject, re.M)
+    assert re.search(r'^input = "VERSION"', pyproject, re.M)
+    assert not re.search(r"^version\s*=", pyproject, re.M)
+    with open(os.path.join(root, "CMakeLists.txt")) as f:
+        cmake = f.read()
+    assert "project(dpsampling VERSION ${DPS_VERSION_STRING}" in cmake
+    with open(os.path.join(root, "include", "dpsampling.h")) as f:
+        header = f.read()
+    assert not re.search(r"#define DPS_VERSION_(MAJOR|MINOR|PATCH)\b", header)
+    with open(os.path.join(root, "python", "dpsampling", "__init__.py")) as f:
+        assert not re.search(r'^__version__ = "\d', f.read(), re.M)
 
 
 def test_import_does_not_import_torch():

@@ -1,10 +1,11 @@
 """DpSamplingComm.verify_chain (dpsVerifyChain), tp=1 on one GPU.
 
-The contract is include/dpsampling.h's comment of dpsVerifyChain: row b*N + j
-(request b, position j) is drawn exactly as dpsSample draws it, with request
-b's parameters at offset offset[b] + j, then each request's chain is walked.
+The contract is dpsVerifyChain's (include/dpsampling.h, docs/api.md; the walk:
+docs/sampling.md, "The walk and its outputs"): row b*N + j (request b,
+position j) is drawn exactly as dpsSample draws it, with request b's
+parameters at offset offset[b] + j, then each request's chain is walked.
 So every output is checked against a host walk (walk_ref below, written from
-that comment) over the tokens and logprobs that comm.sample draws for the
+that contract) over the tokens and logprobs that comm.sample draws for the
 same rows with the per-request parameters expanded per row, bit for bit:
  - random logits (fp32, bf16), pad_bs 8 and 5, N 4, V 1000 and 32000, greedy
    requests beside sampled ones, per-request temperature / top-k / top-p /

@@ -1,36 +1,12 @@
 /* The `onesided` backend: NVLink load/store through NCCL symmetric windows.
- *
- * Memory (per communicator):
- *  window A (init, dtype independent), symmetric, zeroed before registration:
- *    [flags]      u64 ready[maxb][tp], done[maxb][tp]       (swap direct path)
- *    [fail]       u64 fail[DPS_OS_MAX_RANKS]: written by a peer that gave up
- *    [gout]       staging of gather_verify_outputs  [2][tp][cap_out] lines
- *    [glp]        staging of gather_verify_logprobs [2][tp][cap_lp]  lines
- *                 (lines of the gather protocol: LL 16 B, LL128 128 B)
- *  window B (prepare, once the logits dtype is fixed), symmetric:
- *    [swap_out]   [max_pad_bs/tp*N, V] of dtype = comm->swap_out; peers store
- *                 into it directly on the swap's direct path
- *    [swap_ll]    LL staging of the swap's small-size path [2][tp][cap_sw] x 16 B
- *  plain device memory: the verify outputs (written only by the local kernel,
- *    unpacked from the staging), and dpsOsDevState (epochs, tickets, error);
- *  mapped pinned host memory: the error word the host reads without syncing.
- *
- * The windows, their peer addresses and the creation exchanges come from the
- * communicator's provider (core/provider.h: NCCL symmetric windows in
- * production, backends/nccl_provider.c). The kernels synchronise with their
- * own flags and a timeout (NCCL's LSA barrier has none) and take plain
- * pointers. The layout, the kernels' common arguments and every call's plan
- * come from onesided_plan.c.
- *
- * Agreed at creation over NCCL (min over ranks), so every rank picks the same
- * grid and path for a shape: the SM count (grid cap of the swap, whose blocks
- * must be co-resident) and the LL threshold of the swap
- * (DPSAMPLING_ONESIDED_LL_BYTES: per-peer chunk bytes up to which the swap
- * uses the LL path; default 256 KiB; 0 = always the direct path), the
- * gathers' block size (DPSAMPLING_ONESIDED_GATHER_THREADS) and the gathers'
- * protocol: LL, or LL128 on request where every rank reaches every peer over
- * NVLink (DPSAMPLING_ONESIDED_GATHER_PROTO). The variables are read and
- * checked by the core at creation (comm->env, core/config.c).
+ * Setup (what the ranks agree on, the windows, the device state and error
+ * word), per-call dispatch to the kernels with onesided_plan.c's plans, the
+ * records steps, the asynchronous error, and the collective close. The
+ * windows, their peer addresses and the creation exchanges come from the
+ * communicator's provider (core/provider.h); the DPSAMPLING_ONESIDED_*
+ * variables are read and checked by the core at creation (comm->env,
+ * core/config.c). Memory layout, agreed values, epochs, lines, the run-ahead
+ * rule, timeouts and teardown: docs/design.md, "The onesided protocol".
  */
 #include <stdint.h>
 #include <stdio.h>

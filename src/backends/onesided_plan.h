@@ -9,20 +9,10 @@
  * device) only supplies the addresses. Nothing here allocates or talks to a
  * device.
  *
- * Memory (per rank):
- *  window A (creation, dtype independent), zeroed, symmetric:
- *    [flags]  u64 ready[maxb][tp], done[maxb][tp]        (swap direct path)
- *    [fail]   u64 fail[DPS_OS_MAX_RANKS]
- *    [gout]   gather_verify_outputs staging  [2][tp][cap_out] lines
- *    [glp]    gather_verify_logprobs staging [2][tp][cap_lp]  lines
- *             (lines of the gather protocol: LL 16 B, LL128 128 B)
- *    [rec]    records steps     [2][tp][cap_rec] LL lines (rec_words / 2 per row):
- *             argmax, top-k and dpsSample's steps (core/internal.h dpsRecOp)
- *  window B (prepare, once the dtype is fixed), symmetric:
- *    [swap_out] [max_pad_bs/tp*N, V] of the dtype
- *    [swap_ll]  LL staging of the swap [2][tp][cap_sw] x 16 B
- *  verify outputs: the core's (comm->vout, layout.h), plain device memory;
- *    the close exchange's words in an allocation of close_bytes.
+ * The memory layout it computes (windows A and B, their regions and sizes;
+ * the verify outputs are the core's, comm->vout) and the protocol the plans
+ * serve: docs/design.md, "The onesided protocol" (4.1 Memory, 4.4 Lines and
+ * staging).
  */
 #ifndef DPS_ONESIDED_PLAN_H_
 #define DPS_ONESIDED_PLAN_H_

@@ -1,6 +1,6 @@
 /* Launchers of the nccl backend's kernels (swap_permute.cu, verify_pack.cu).
  * Plain C prototypes; every launcher only enqueues on `stream` and returns the
- * launch's own status (kernels/launch.cuh). */
+ * launch's own status (kernels/device.cuh). */
 #ifndef DPS_NCCL_KERNELS_H_
 #define DPS_NCCL_KERNELS_H_
 
@@ -37,7 +37,7 @@ cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_ou
                                   int32_t* accept_length_out, const int32_t* gathered,
                                   int tp, int reqs, int n, cudaStream_t stream);
 
-/* Load the kernels now (see dpsPreload in kernels/launch.cuh). */
+/* Load the kernels now (see dpsPreload in kernels/device.cuh). */
 cudaError_t dpsPreloadSwapPermute(void);
 cudaError_t dpsPreloadVerifyPack(void);
 

@@ -1,32 +1,10 @@
 /* One-sided gathers (verify outputs, verify logprobs): one kernel per call,
- * the flag travels with the data, no separate barrier.
- *
- * Each rank's packed vector (up to 3 int32/fp32 segments, total values P) is
- * cut into staging lines (layout and protocols: onesided_kernels.h):
- *  - LL:    line l = values 2l, 2l+1, one thread per line, one 16-byte store
- *           {v0, flag, v1, flag} per peer;
- *  - LL128: line l = values 31l .. 31l+30, eight threads per line, the warp
- *           storing 4 whole lines per instruction, the flag in word 31.
- * Line l goes to every peer's staging[parity][me][l] (parity = epoch & 1,
- * flag = llFlag(epoch)); the receiver polls its own staging[parity][src][l]
- * until the flag(s) match and writes the values into its persistent outputs;
- * its own values are copied directly. The grid is fixed at creation: block b
- * sends and receives the same lines on every call and every rank, and keeps
- * its own epoch, so no block waits for another block of its own rank. Every
- * call has at least one line per rank, so every call waits for every peer.
- *
- * Latency: everything that does not depend on the previous kernel on the
- * stream happens before dpsPdlWait(), hidden behind that kernel's tail: the
- * epoch claim (claimBlockEpoch) and a first read of the kernel parameters
- * (warmParams). After the wait the critical path is the input loads, the
- * stores to the peers, and the polls.
- *
- * Double buffering by parity is safe: a peer at call e+1 has received my data
- * of call e, which I only send after my call e-1 kernel (the last reader of
- * staging[parity of e+1]) completed: the sends come after dpsPdlWait(). The
- * outputs are written only by the local kernel, so a peer running ahead never
- * overwrites a result the local rank may still be reading.
- */
+ * the flag travels with the data (LL or LL128 lines), no separate barrier.
+ * The grid is fixed at creation and each block keeps its own epoch, claimed
+ * before the PDL wait (claimBlockEpoch); receivers write their persistent
+ * outputs themselves. Lines, staging, epochs, the parity rule and timeouts:
+ * docs/design.md, "The onesided protocol" (4.3 - 4.6). */
+#include "kernels/device.cuh"
 #include "kernels/onesided_kernels.h"
 
 using namespace dpsos;

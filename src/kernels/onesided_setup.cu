@@ -9,6 +9,7 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "kernels/device.cuh"
 #include "kernels/onesided_kernels.h"
 #include "kernels/onesided_setup.h"
 
@@ -28,7 +29,7 @@ extern "C" int dpsOnesidedReachable(ncclComm_t comm) {
 /* Runs a setup kernel whose first parameter is an output array of `count`
  * elements, on one block of `threads` threads and a private stream, and
  * copies the array to `host`. Blocks the host. On failure no error of ours is
- * left in the runtime's last-error state (kernels/launch.cuh). */
+ * left in the runtime's last-error state (kernels/device.cuh). */
 template <typename Out, typename... KArgs, typename... Args>
 static cudaError_t runSetupKernel(void (*kernel)(Out*, KArgs...), unsigned threads, Out* host,
                                   size_t count, Args... args) {

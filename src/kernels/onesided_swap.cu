@@ -1,28 +1,12 @@
-/* One-sided swap_batch_vocab: [pad_bs*N, V/tp] -> [pad_bs/tp*N, V].
- *
- * Rank `me` sends the contiguous input rows [p*rows, (p+1)*rows) to peer p,
- * where they land in p's output rows [0, rows) at columns me*v_local.
- *
- * Two paths, picked on the host from the shape only (same on every rank):
- *
- * Direct (large): stores straight into the peers' persistent outputs.
- *   Per block b (the grid is <= the agreed SM count, so co-resident, and the
- *   same on every rank; block b of every rank handles the same vector range
- *   [T*b/G, T*(b+1)/G) of each chunk):
- *    1. ready[b][me] = epoch into every peer (my output is free: my stream
- *       reached this call, so whatever read the previous result is done);
- *    2. copy the local chunk in slices until the first peer's ready arrives,
- *       then copy the rest of the local chunk fused with the peer chunk
- *       (HBM copy hidden under the NVLink stores);
- *    3. for each further peer: wait ready, store;
- *       after each peer: fence.sc.sys, done[b][me] = epoch into that peer;
- *    4. wait done[b][p] >= epoch from every peer: all incoming data landed.
- * LL (small): 16-byte lines {data, flag, data, flag} into the peer's staging
- *   [parity = epoch & 1][src]; receivers poll until the flags match and unpack
- *   into their own output. One one-way latency, no handshake. Double buffering
- *   by parity is safe: a peer can only be at call e+1 once every rank started
- *   call e, i.e. finished reading the staging of call e-1.
- */
+/* One-sided swap_batch_vocab: [pad_bs*N, V/tp] -> [pad_bs/tp*N, V]. Rank
+ * `me` sends the contiguous input rows [p*rows, (p+1)*rows) to peer p, where
+ * they land in p's output rows [0, rows) at columns me*v_local. Two paths,
+ * picked on the host from the shape only (onesided_plan.c): direct (ready /
+ * done flags, stores into the peers' outputs) and LL (lines into the peers'
+ * staging, unpacked by the receiver). The steps of each path, the epochs,
+ * the parity rule and the timeouts: docs/design.md, "The onesided protocol"
+ * (4.3 - 4.6). */
+#include "kernels/device.cuh"
 #include "kernels/onesided_kernels.h"
 
 using namespace dpsos;

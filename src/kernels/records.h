@@ -1,5 +1,6 @@
-/* Where a shard reduction's per-row records go, and where its merge reads
- * them (host: the backends' records exchange; device: the kernels).
+/* The records step of the shard reductions, and the peer transport it shares
+ * with the onesided kernels (plain C; host: the core and both backends;
+ * device: every kernel through kernels/device.cuh).
  *
  * A step of a shard reduction is a local pass that writes a fixed-size
  * record of `words` 32-bit words per row (even), the backend's move of the
@@ -8,17 +9,103 @@
  * rank's record of a row. The backend fills the sink and the source; the op
  * fills everything else. The shard reductions that take this path: dpsArgmax
  * and dpsTopK (kernels/select_kernels.h) and dpsSample's steps
- * (kernels/sample_kernels.h). */
+ * (kernels/sample_kernels.h).
+ *
+ * The peer transport (the second half of this header) is what an LL sink
+ * carries and what the onesided backend's own kernels (onesided_kernels.h)
+ * build on: the device state with the epochs and the error word, the fail
+ * area, every rank's addresses, the LL line layout. The protocol (epochs,
+ * lines, staging, run-ahead, timeouts): docs/design.md, "The onesided
+ * protocol". The nccl backend's code includes this header (its records are
+ * DPS_REC_PLAIN) but never the onesided backend's kernel interface. */
 #ifndef DPS_RECORDS_H_
 #define DPS_RECORDS_H_
 
+#include <stddef.h>
 #include <stdint.h>
-
-#include "kernels/onesided_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the peer transport ---------------------------------------------------- */
+
+#define DPS_OS_MAX_RANKS 8
+
+/* Operations (index of the epoch counter, recorded in timeouts). */
+enum {
+  DPS_OS_OP_SWAP = 0,
+  DPS_OS_OP_GATHER_OUTPUTS = 1,
+  DPS_OS_OP_GATHER_LOGPROBS = 2,
+  DPS_OS_OP_RECORDS = 3, /* records steps: argmax, top-k, sample */
+  DPS_OS_NUM_OPS = 4
+};
+
+/* What a timed-out kernel was waiting for. */
+enum {
+  DPS_OS_WAIT_READY = 1, /* swap: peer's "my output buffer is free" flag */
+  DPS_OS_WAIT_DONE = 2,  /* swap: peer's "my stores into you landed" flag */
+  DPS_OS_WAIT_DATA = 3,  /* LL: peer's data+flag words */
+  DPS_OS_WAIT_PEER_FAILED = 4 /* the peer marked itself failed (fail area) */
+};
+
+/* Error word (device copy in dpsOsDevState.err, host copy in mapped pinned
+ * memory): 0 = no error, else
+ *   bit 63 set | wait kind << 40 | op << 32 | peer (low 16 bits). */
+#define DPS_OS_ERR_SET (1ull << 63)
+#define DPS_OS_ERR_PEER(w) ((int)((w)&0xffffu))
+#define DPS_OS_ERR_OP(w) ((int)(((w) >> 32) & 0xffu))
+#define DPS_OS_ERR_WAIT(w) ((int)(((w) >> 40) & 0xffu))
+
+/* The gathers run a grid fixed at creation (a function of max_pad_bs only),
+ * so block b always owns the same staging lines and keeps its own epoch:
+ * no cross-block ticket on the latency path. */
+#define DPS_OS_GATHER_MAX_BLOCKS 64
+
+/* Local (not symmetric) device state, zeroed at creation. */
+typedef struct {
+  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op */
+  unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
+  unsigned int pad_[2];
+  unsigned long long err;                   /* first failure wins (atomicCAS) */
+  /* gathers: epochs claimed by block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b]
+   * (claimBlockEpoch) */
+  unsigned long long block_epoch[2][DPS_OS_GATHER_MAX_BLOCKS];
+} dpsOsDevState;
+
+typedef struct {
+  char* p[DPS_OS_MAX_RANKS];
+} dpsOsPeers;
+
+/* Fields every kernel that waits for a peer needs. */
+typedef struct {
+  int tp, rank;
+  dpsOsDevState* state;
+  unsigned long long* host_err; /* device view of the mapped pinned error word */
+  unsigned long long timeout_ns;
+  int pdl; /* launch with programmatic dependent launch (kernels/device.cuh) */
+  /* Fail area (window A, DPS_OS_MAX_RANKS u64 per rank): a rank that gives up
+   * writes its error word into fail[me] of every peer, so that a peer which
+   * has not noticed anything yet stops waiting at once and skips the
+   * collective window deregistration at destroy (which would wait forever
+   * for the failed rank). */
+  const unsigned long long* fail;             /* mine: fail[src] written by src */
+  unsigned long long* fail_peer[DPS_OS_MAX_RANKS]; /* every rank's fail area */
+} dpsOsCommon;
+
+/* Staging layout of the LL protocols: [parity 2][src tp][cap lines] of
+ * line_bytes each. LL: 16-byte lines {data0, flag, data1, flag} (two 8-byte
+ * LL words), 2 values per line (the swap's small path, the records, the
+ * gathers by default). The gathers' LL128 lines: onesided_kernels.h. */
+#define DPS_OS_LL_LINE_BYTES 16
+#define DPS_OS_LL_LINE_VALUES 2
+#define DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, line_bytes)                              \
+  ((((size_t)(parity) * (size_t)(tp) + (size_t)(src)) * (size_t)(cap) + (size_t)(line)) *      \
+   (size_t)(line_bytes))
+#define DPS_OS_LL_OFFSET(parity, src, line, tp, cap) \
+  DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, DPS_OS_LL_LINE_BYTES)
+
+/* ---- the records step ------------------------------------------------------- */
 
 enum {
   DPS_REC_NONE = 0,  /* no records: the local pass writes the op's outputs (tp == 1) */
@@ -47,17 +134,6 @@ typedef struct {
 } dpsRecSource;
 
 #ifdef __cplusplus
-}
-#endif
-
-#if defined(__CUDACC__)
-/* The epoch of the records a merge reads: 1 for plain records; LL: the one
- * the local kernel published before it on the stream, 0 when the
- * communicator failed (the merge then writes nothing). */
-__device__ __forceinline__ unsigned long long dpsRecMergeEpoch(const dpsRecSource& s) {
-  if (!s.ll) return 1;
-  if (dpsos::ldVolatile(&s.c.state->err) != 0) return 0;
-  return dpsos::ldVolatile(&s.c.state->epoch[s.op]);
 }
 #endif
 

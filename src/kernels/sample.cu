@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include "kernels/device.cuh"
 #include "kernels/sample_kernels.h"
 #include "kernels/shard_reduce.cuh"
 #include "sample_rng.h"

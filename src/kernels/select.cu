@@ -31,16 +31,14 @@
  * merged by placement: an entry's place is its place in its own list plus
  * the entries of every other list that beat it (binary search).
  *
- * Exchange: the backend's records step (kernels/records.h). Onesided: LL
- * lines (two words, the flag in each 8-byte half) into every rank's staging;
- * the merge kernel polls them with the onesided timeout. The local kernel's
- * epoch comes from dpsOsDevState.epoch[sink.op] (read after the PDL wait,
- * published by its last block); the merge kernel, which runs after it on the
- * stream, reads the published value. */
+ * Exchange: the backend's records step (kernels/records.h; docs/design.md,
+ * "The records pipeline" and, for the LL lines and epochs, "The onesided
+ * protocol"). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "kernels/device.cuh"
 #include "kernels/select_kernels.h"
 #include "kernels/shard_reduce.cuh"
 

@@ -11,8 +11,8 @@
 
 #include <cuda_runtime.h>
 
-#include "launch.cuh"
-#include "nccl_kernels.h"
+#include "kernels/device.cuh"
+#include "kernels/nccl_kernels.h"
 
 namespace {
 

@@ -29,12 +29,21 @@ int main(void) {
   FX_CHECK(dpsGetLastError() != NULL && dpsGetLastError()[0] == '\0', "dpsGetLastError = %s",
            dpsGetLastError() ? dpsGetLastError() : "(null)");
 
-  /* ---- version: the library and its header say the project's version
-   * (CMakeLists.txt's, passed in as DPS_TEST_PROJECT_VERSION) ---- */
+  /* ---- version: the file VERSION (read here at run time), the project's
+   * version (CMakeLists.txt reads that file; passed in as
+   * DPS_TEST_PROJECT_VERSION), the header and the library all agree ---- */
   {
     int major = -1, minor = -1, patch = -1;
     FX_CHECK(sscanf(DPS_TEST_PROJECT_VERSION, "%d.%d.%d", &major, &minor, &patch) == 3,
              "project version '%s'", DPS_TEST_PROJECT_VERSION);
+    FILE* vf = fopen(DPS_TEST_VERSION_FILE, "r");
+    FX_CHECK(vf != NULL, "cannot open %s", DPS_TEST_VERSION_FILE);
+    int fmaj = -1, fmin = -1, fpat = -1;
+    const int got = fscanf(vf, "%d.%d.%d", &fmaj, &fmin, &fpat);
+    fclose(vf);
+    FX_CHECK(got == 3 && fmaj == major && fmin == minor && fpat == patch,
+             "%s says %d.%d.%d, the project %s", DPS_TEST_VERSION_FILE, fmaj, fmin, fpat,
+             DPS_TEST_PROJECT_VERSION);
     FX_CHECK(DPS_VERSION_MAJOR == major && DPS_VERSION_MINOR == minor &&
                  DPS_VERSION_PATCH == patch,
              "header %d.%d.%d, project %s", DPS_VERSION_MAJOR, DPS_VERSION_MINOR,
