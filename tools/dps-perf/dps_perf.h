@@ -1,7 +1,7 @@
 /* dps-perf: the harness and its operations (nccl-tests style).
  *
  * harness.c does everything that is the same for every operation: options,
- * the list of cases, the processes (one per GPU, tests/fixtures' fxRunRanks),
+ * the list of cases, the processes (one per GPU, testing/'s fxRunRanks),
  * the communicators, the link-peak measurement (peak.cu), the timing (eager
  * call + warm-up, `iters` calls captured into one CUDA graph, timed replays),
  * the correctness check on every run, the table and the CSV. Each operation

@@ -2,7 +2,7 @@
  * This is the harness; the operations are the DpOp descriptors of op_*.c,
  * listed in ops.c (dps_perf.h describes the descriptor).
  *
- * One process per local GPU (tests/fixtures' fxRunRanks). For every
+ * One process per local GPU (testing/'s fxRunRanks). For every
  * (operation, shape, backend): create the communicator, fill the inputs, run
  * the operation eagerly and check the result against the host reference,
  * capture `iters` calls into one CUDA graph, refill the inputs with a new step

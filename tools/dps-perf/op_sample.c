@@ -42,7 +42,7 @@
  *  - logprobs: |logprob - (l_token - logsumexp(row))| > 1e-4 max(1, |.|),
  *    the logsumexp in double on the host;
  *  - up to SMP_REF_ROWS rows per step (spread over the batch): the token is
- *    not the host reference's (tests/fixtures/sample_ref.c, the same Philox
+ *    not the host reference's (testing/sample_ref.c, the same Philox
  *    noise: bit for bit by contract);
  *  - sample_argmax / sample_topk50: index or value differs from the host's.
  * A sample row that no check above pins (T > 0, no filter, not a reference
