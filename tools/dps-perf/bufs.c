@@ -88,14 +88,14 @@ void* dpDevIn(DpBufs* b, const DpHost* h, int input, DpLocal* l) {
   return d;
 }
 
-void* dpDevOut(DpBufs* b, size_t bytes, int poison, void** host, DpLocal* l) {
-  void* d = dpDevTmp(b, bytes, l);
-  void* hc = d ? dpMem(b, bytes, l) : NULL;
-  if (!hc) return NULL;
+DpOut dpDevOut(DpBufs* b, size_t bytes, int poison, DpLocal* l) {
+  DpOut o = {dpDevTmp(b, bytes, l), NULL};
+  void* hc = o.dev ? dpMem(b, bytes, l) : NULL;
+  if (!hc) return (DpOut){NULL, NULL};
   b->b[b->n - 1].poison = poison;
   b->b[b->n - 1].host = hc;
-  *host = hc;
-  return d;
+  o.host = hc;
+  return o;
 }
 
 void* dpLibOut(DpBufs* b, const void* slot, size_t bytes, DpLocal* l) {

@@ -65,8 +65,10 @@
  *                 buffers: dpDevIn (the device copy of a host input),
  *                 dpDevOut (an output the call writes into), dpLibOut (an
  *                 output the library owns: the pointer the call returns),
- *                 dpDevTmp (device scratch); host scratch from dpMem. A failed declaration records why in *l and
- *                 returns NULL; setup returns nonzero when *l holds a failure;
+ *                 dpDevTmp (device scratch); host scratch from dpMem. A
+ *                 failed declaration records why in *l and returns NULL (and
+ *                 every later one too); setup returns nonzero when *l holds
+ *                 a failure;
  *   fill(step 1)  the harness copies step 1's host inputs to their device
  *                 copies, writes the poison byte over the outputs that have
  *                 one, calls prepare(step 1) when the operation has one, and
@@ -222,8 +224,13 @@ void* dpHostMem(DpHost* h, size_t bytes);
 /* setup: the device copy of host input `input`, uploaded at every fill. */
 void* dpDevIn(DpBufs* b, const DpHost* h, int input, DpLocal* l);
 /* setup: a device output of `bytes`, poisoned with the byte `poison` (-1:
- * not) at every fill, copied back into *host before every check. */
-void* dpDevOut(DpBufs* b, size_t bytes, int poison, void** host, DpLocal* l);
+ * not) at every fill, copied back into its host copy before every check
+ * ({NULL, NULL} on failure). */
+typedef struct {
+  void* dev;
+  const void* host;
+} DpOut;
+DpOut dpDevOut(DpBufs* b, size_t bytes, int poison, DpLocal* l);
 /* setup: device scratch, neither filled nor copied back. */
 void* dpDevTmp(DpBufs* b, size_t bytes, DpLocal* l);
 /* setup: an output the library owns: run stores its pointer at `slot` (a

@@ -293,12 +293,9 @@ typedef struct {
   const DpVariant* v;
   size_t rows, per;
   void* in;
-  int64_t* tok; /* tokens, or the references' indices [rows][per] */
-  void* val;    /* the references' values (argmax, topk50) */
-  float* lp;    /* logprobs (the _lp members) */
-  const int64_t* tok_h; /* host copies */
-  const void* val_h;
-  const float* lp_h;
+  DpOut tok; /* int64 tokens, or the references' indices [rows][per] */
+  DpOut val; /* the references' values (argmax, topk50) */
+  DpOut lp;  /* fp32 logprobs (the _lp members) */
   dpsSampleParams_t params;
   dpsSampleStats_t base; /* the communicator's counters before this case */
   int have_base;
@@ -312,10 +309,10 @@ static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
   x->per = v->kind == DP_KIND_TOPK ? SMP_K : 1;
   const size_t r = x->rows;
   x->in = dpDevIn(b, h, IN_LOGITS, l);
-  x->tok = (int64_t*)dpDevOut(b, r * x->per * 8, 0xab, (void**)&x->tok_h, l);
+  x->tok = dpDevOut(b, r * x->per * 8, 0xab, l);
   if (v->kind != DP_KIND_SAMPLE)
-    x->val = dpDevOut(b, r * x->per * dpsDataTypeSize(c->dtype), -1, (void**)&x->val_h, l);
-  if (v->logprobs) x->lp = (float*)dpDevOut(b, r * 4, 0xff, (void**)&x->lp_h, l);
+    x->val = dpDevOut(b, r * x->per * dpsDataTypeSize(c->dtype), -1, l);
+  if (v->logprobs) x->lp = dpDevOut(b, r * 4, 0xff, l);
   dpsSampleParams_t prm = DPS_SAMPLE_PARAMS_INITIALIZER;
   prm.temperatures = (const float*)dpDevIn(b, h, IN_TEMPS, l);
   const int32_t* topks = (const int32_t*)dpDevIn(b, h, IN_TOPKS, l);
@@ -333,9 +330,10 @@ static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
 static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s) {
   Member* x = (Member*)op;
   if (x->v->kind != DP_KIND_SAMPLE) /* the references: argmax, top-50 */
-    return dpSelCall(c, comm, x->in, x->rows, tp, x->v->top_k, x->val, x->tok, NULL, s);
+    return dpSelCall(c, comm, x->in, x->rows, tp, x->v->top_k, x->val.dev, (int64_t*)x->tok.dev,
+                     NULL, s);
   return dpsSample(comm, x->in, (int64_t)x->rows, c->vocab / tp, c->dtype, c->vocab, &x->params,
-                   x->tok, x->lp, s);
+                   (int64_t*)x->tok.dev, (float*)x->lp.dev, s);
 }
 
 /* ---- check ------------------------------------------------------------------------ */
@@ -376,11 +374,13 @@ static long long check(const DpCheck* k) {
   const HostRef* ref = (const HostRef*)k->ref;
   const int s = k->step - 1;
   if (x->v->kind != DP_KIND_SAMPLE) /* argmax: column 0 of the host top-k */
-    return dpWrongRefRows(k->c, x->tok_h, x->val_h, x->rows, x->per, ref->topk_idx[s],
-                          ref->topk_val[s], SMP_K);
+    return dpWrongRefRows(k->c, (const int64_t*)x->tok.host, x->val.host, x->rows, x->per,
+                          ref->topk_idx[s], ref->topk_val[s], SMP_K);
+  const int64_t* tok = (const int64_t*)x->tok.host;
+  const float* lp = (const float*)x->lp.host;
   long long wrong = 0;
   for (size_t i = 0; i < x->rows; ++i)
-    wrong += wrongRow(k->c, x->v, ref, s, (int64_t)i, x->tok_h[i], x->lp_h ? x->lp_h[i] : 0.f);
+    wrong += wrongRow(k->c, x->v, ref, s, (int64_t)i, tok[i], lp ? lp[i] : 0.f);
   return wrong;
 }
 

@@ -142,8 +142,8 @@ typedef struct {
   int pad_bs, n;
   size_t rows;
   void* in;
-  int64_t* tok;  /* the references' tokens / indices [rows] */
-  void* val;     /* verify_ref_argmax's values [rows] */
+  DpOut tok;     /* int64: the references' tokens / indices [rows] */
+  DpOut val;     /* verify_ref_argmax's values [rows] */
   int64_t* pre;  /* prepare's tokens [rows] */
   int32_t* cand; /* [pad_bs, N] */
   dpsSampleParams_t per_req, per_row;
@@ -153,8 +153,6 @@ typedef struct {
   int32_t* accept_length;
   float* logprobs;
   /* host copies of the outputs */
-  const int64_t* tok_h;
-  const void* val_h;
   const int32_t *predict_h, *accept_index_h, *accept_length_h;
   const float* lp_h;
   /* host scratch */
@@ -173,9 +171,8 @@ static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
   x->rows = (size_t)c->pad_bs * (size_t)c->n;
   const size_t r = x->rows, q = (size_t)c->pad_bs;
   x->in = dpDevIn(b, h, 0, l);
-  if (v->kind != DP_KIND_VERIFY) x->tok = (int64_t*)dpDevOut(b, r * 8, 0xab, (void**)&x->tok_h, l);
-  if (v->kind == DP_KIND_ARGMAX)
-    x->val = dpDevOut(b, r * dpsDataTypeSize(c->dtype), -1, (void**)&x->val_h, l);
+  if (v->kind != DP_KIND_VERIFY) x->tok = dpDevOut(b, r * 8, 0xab, l);
+  if (v->kind == DP_KIND_ARGMAX) x->val = dpDevOut(b, r * dpsDataTypeSize(c->dtype), -1, l);
   x->pre = (int64_t*)dpDevTmp(b, r * 8, l);
   x->cand = (int32_t*)dpDevTmp(b, r * 4, l);
   const float* temps = (const float*)dpDevIn(b, h, IN_TEMPS, l);
@@ -247,7 +244,7 @@ static int prepare(const DpCase* c, dpsComm_t comm, void* op, int tp, int step, 
     for (int i = 1; i < n; ++i) cand[i] = (int32_t)(i == cut ? (t[i - 1] + 1) % V : t[i - 1]);
   }
   int32_t* want_al = x->want + 2 * x->rows;
-  if (fxRefVerifyChain(x->cand_h, x->t_h, x->pad_bs, n, x->want, x->want + x->rows, want_al) != 0) {
+  if (fxRefVerifyChain(x->cand_h, x->t_h, x->pad_bs, n, x->want, x->want + x->rows, want_al)) {
     dpSetLocal(l, DP_ERR, "prepare: fxRefVerifyChain rejected the drafts");
     return 1;
   }
@@ -264,9 +261,10 @@ static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaSt
   Member* x = (Member*)op;
   const int64_t rows = (int64_t)x->rows, vl = c->vocab / tp;
   if (x->v->kind == DP_KIND_ARGMAX)
-    return dpSelCall(c, comm, x->in, x->rows, tp, 0, x->val, x->tok, NULL, s);
+    return dpSelCall(c, comm, x->in, x->rows, tp, 0, x->val.dev, (int64_t*)x->tok.dev, NULL, s);
   if (x->v->kind == DP_KIND_SAMPLE)
-    return dpsSample(comm, x->in, rows, vl, c->dtype, c->vocab, &x->per_row, x->tok, NULL, s);
+    return dpsSample(comm, x->in, rows, vl, c->dtype, c->vocab, &x->per_row, (int64_t*)x->tok.dev,
+                     NULL, s);
   return dpsVerifyChain(comm, x->in, rows, vl, c->dtype, c->vocab, x->pad_bs, x->cand, &x->per_req,
                         NULL, 0.0f, &x->predict, &x->accept_index, &x->accept_length,
                         x->v->logprobs ? &x->logprobs : NULL, s);
@@ -303,10 +301,11 @@ static long long check(const DpCheck* k) {
   const int s = k->step - 1;
   long long wrong = 0;
   if (x->v->kind == DP_KIND_ARGMAX)
-    return dpWrongRefRows(k->c, x->tok_h, x->val_h, x->rows, 1, ref->amax_idx[s],
-                          ref->amax_val[s], 1);
+    return dpWrongRefRows(k->c, (const int64_t*)x->tok.host, x->val.host, x->rows, 1,
+                          ref->amax_idx[s], ref->amax_val[s], 1);
   if (x->v->kind == DP_KIND_SAMPLE) {
-    for (size_t r = 0; r < x->rows; ++r) wrong += x->tok_h[r] != x->t_h[r];
+    const int64_t* tok = (const int64_t*)x->tok.host;
+    for (size_t r = 0; r < x->rows; ++r) wrong += tok[r] != x->t_h[r];
     return wrong;
   }
   for (int q = 0; q < x->pad_bs; ++q) wrong += wrongRequest(k->c, x, ref, s, q);

@@ -82,9 +82,9 @@ int dpSelSetup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l, int k) {
   s->rows = (size_t)c->pad_bs * (size_t)c->n;
   const size_t per = (size_t)(k > 0 ? k : 1), es = dpsDataTypeSize(c->dtype);
   s->in = dpDevIn(b, h, 0, l);
-  s->idx = (int64_t*)dpDevOut(b, s->rows * per * 8, 0xab, (void**)&s->idx_h, l);
-  s->val = dpDevOut(b, s->rows * per * es, -1, (void**)&s->val_h, l);
-  if (k < 0) s->lse = (float*)dpDevOut(b, s->rows * 4, -1, (void**)&s->lse_h, l);
+  s->idx = dpDevOut(b, s->rows * per * 8, 0xab, l);
+  s->val = dpDevOut(b, s->rows * per * es, -1, l);
+  if (k < 0) s->lse = dpDevOut(b, s->rows * 4, -1, l);
   return l->status != DP_OK;
 }
 
@@ -97,7 +97,8 @@ dpsResult_t dpSelCall(const DpCase* c, dpsComm_t comm, const void* in, size_t ro
 
 dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s) {
   DpSel* x = (DpSel*)op;
-  return dpSelCall(c, comm, x->in, x->rows, tp, x->k, x->val, x->idx, x->lse, s);
+  return dpSelCall(c, comm, x->in, x->rows, tp, x->k, x->val.dev, (int64_t*)x->idx.dev,
+                   (float*)x->lse.dev, s);
 }
 
 long long dpWrongRefRows(const DpCase* c, const int64_t* idx, const void* val, size_t rows,
@@ -116,17 +117,20 @@ long long dpSelCheck(const DpCheck* k) {
   const DpSelHost* w = (const DpSelHost*)k->ref;
   const int s = k->step - 1;
   if (x->k > 0)
-    return dpWrongRefRows(k->c, x->idx_h, x->val_h, x->rows, (size_t)x->k, w->want_idx[s],
-                          w->want_val[s], DP_TOPK_K);
+    return dpWrongRefRows(k->c, (const int64_t*)x->idx.host, x->val.host, x->rows, (size_t)x->k,
+                          w->want_idx[s], w->want_val[s], DP_TOPK_K);
   const size_t es = dpsDataTypeSize(k->c->dtype);
+  const int64_t* idx = (const int64_t*)x->idx.host;
+  const char* val = (const char*)x->val.host;
+  const float* lse = (const float*)x->lse.host;
   long long wrong = 0;
   for (size_t r = 0; r < x->rows; ++r) { /* a row is wrong once: index, value or logsumexp */
     const double wl = w->lse[s][r];
-    const float gl = x->lse_h ? x->lse_h[r] : 0.f;
+    const float gl = lse ? lse[r] : 0.f;
     const int lok = x->k == 0 || (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
                     (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
-    wrong += dpWrongRefRows(k->c, x->idx_h + r, (const char*)x->val_h + r * es, 1, 1,
-                            w->amax_idx[s] + r, w->amax_val[s] + r, 1) ||
+    wrong += dpWrongRefRows(k->c, idx + r, val + r * es, 1, 1, w->amax_idx[s] + r,
+                            w->amax_val[s] + r, 1) ||
              !lok;
   }
   return wrong;

@@ -21,13 +21,8 @@ void dpSelRow(const DpCase* c, int rank, int tp, int64_t r, int step, float* row
 typedef struct {
   int k; /* 0 argmax, -1 argmax + logsumexp, else top-k */
   void* in;
-  int64_t* idx;
-  void* val;
-  float* lse;
+  DpOut idx, val, lse; /* int64 [rows][per], dtype [rows][per], fp32 [rows] */
   size_t rows;
-  const int64_t* idx_h; /* host copies */
-  const void* val_h;
-  const float* lse_h;
 } DpSel;
 
 /* The host side of a case on the fixtures' rows (h->op): host input 0, this
