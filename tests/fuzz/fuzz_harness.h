@@ -50,7 +50,6 @@ static inline int64_t addSat64(int64_t a, int64_t b) {
   return v;
 }
 
-
 /* fInt / fI64: a value, a table entry (boundary values) or raw bits (format:
  * fuzz_api.c's head). */
 int fInt(Rd* r);
