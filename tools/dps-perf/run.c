@@ -361,7 +361,8 @@ int rankMain(int rank, int nranks, void* arg) {
     DpLocal l = {DP_OK, ""};
     Agreed a;
     memset(&h, 0, sizeof h);
-    if (c->op->host_init(c, rank, tp, &h)) dpSetLocal(&l, DP_ERR, "out of host memory for the inputs");
+    if (c->op->host_init(c, rank, tp, &h))
+      dpSetLocal(&l, DP_ERR, "out of host memory for the inputs");
     agree(rank, tp, &l, 0, 0, &a);
     for (int i = 0; i < g_opt.nbackends; ++i) {
       if (!avail[i]) continue;
