@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seeds of fuzz_api in the input format described at the top of
 fuzz_api.c: the readable scenarios into tests/fuzz/corpus/ (the fuzzer mutates
-from there) and the inputs that once found bugs into tests/fuzz/regressions/
+from there; the committed corpus is minimized, and keeps what they cover under
+SHA-1 names) and the inputs that once found bugs into tests/fuzz/regressions/
 (make check-fuzz runs each of them first). Run from anywhere:
 python3 tests/fuzz/gen_corpus.py (README.md: re-minimizing the corpus)"""
 import os
