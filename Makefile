@@ -116,13 +116,21 @@ check-valgrind:
 	done
 
 # libFuzzer over the public API's validation (tests/fuzz/fuzz_api.c): the
-# committed seeds first, then FUZZ_SECONDS of fuzzing; new inputs go to
+# inputs that once found bugs (tests/fuzz/regressions/, each run once), then
+# the committed corpus and FUZZ_SECONDS of fuzzing; new inputs go to
 # $(FUZZ_BUILD)/corpus, a crashing input to $(FUZZ_BUILD)/artifacts/.
+# Re-minimizing the committed corpus: tests/fuzz/README.md.
 check-fuzz:
 	cmake -S . -B $(FUZZ_BUILD) $(HOST_CMAKE_ARGS) -DCMAKE_C_COMPILER=$(CLANG) -DDPS_BUILD_FUZZ=ON \
 	  -DDPS_BUILD_TESTS=OFF -DDPS_BUILD_TOOLS=OFF
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_api
 	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	@echo "fuzz_api: the regression inputs (tests/fuzz/regressions), log in $(FUZZ_BUILD)/regressions.log"
+	@if $(FUZZ_BUILD)/tests/fuzz/fuzz_api tests/fuzz/regressions/* > $(FUZZ_BUILD)/regressions.log 2>&1; then \
+	  grep -c '^Executed ' $(FUZZ_BUILD)/regressions.log | sed 's/^/fuzz_api: regression inputs passed: /'; \
+	else \
+	  tail -n 60 $(FUZZ_BUILD)/regressions.log; echo "fuzz_api: a regression input FAILED"; exit 1; \
+	fi
 	@echo "fuzz_api: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/fuzz.log"
 	@if $(FUZZ_BUILD)/tests/fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
 	    -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/fuzz_api.dict \

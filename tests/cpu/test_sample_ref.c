@@ -1,6 +1,6 @@
 /* The sampling groundwork on the host: the shared generator
  * (src/core/sample_rng.h) and the host reference of dpsSample
- * (tests/fixtures/sample_ref.c), which the GPU tests will trust.
+ * (testing/sample_ref.c), which the GPU tests will trust.
  *
  *  1. Philox4x32-10 against Random123's published known-answer vectors.
  *  2. dpsLogDet against libm's log (accuracy; bit-identity with the device is

@@ -1,4 +1,4 @@
-/* The host reference of chain speculative verify (tests/fixtures/verify_ref.c,
+/* The host reference of chain speculative verify (testing/verify_ref.c,
  * spec section 4), which the GPU tests of dpsVerifyChain will trust.
  *
  *  1. The chain walk on hand-made chains: every draft accepted, the first

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz_api (tests/fuzz/corpus/) in the input format
-described at the top of fuzz_api.c. Each seed is a readable scenario; the
-fuzzer mutates from there. Run from anywhere: python3 tests/fuzz/gen_corpus.py"""
+"""Writes the seeds of fuzz_api in the input format described at the top of
+fuzz_api.c: the readable scenarios into tests/fuzz/corpus/ (the fuzzer mutates
+from there; the committed corpus is minimized, and keeps what they cover under
+SHA-1 names) and the inputs that once found bugs into tests/fuzz/regressions/
+(make check-fuzz runs each of them first). Run from anywhere:
+python3 tests/fuzz/gen_corpus.py (README.md: re-minimizing the corpus)"""
 import os
 import struct
 
@@ -151,13 +154,6 @@ SEEDS = {
     bootstrap() + create() + swap(),
     "raw_max": resolve() + raw_config(2**31 - 1, 2**31 - 2, 2**31 - 1, 2**31 - 1,
                                       2**63 - 1, 1, 2, 0, 2**31 - 1) + bootstrap() + create(),
-    # valid configs at the int limits: N = INT_MAX (N+1 must not overflow in the harness),
-    # max_pad_bs = INT_MAX at tp=1 (pad_bs/tp + 1 likewise); the gathers nudge both upward
-    "raw_n_max_gather": resolve() + raw_config(1, 0, 1, 2**31 - 1, 1, 1, 1, -1, 0) +
-    bootstrap() + create() + gather(wiggle=0x04) + logprobs(wiggle=0x04) + gather(),
-    "raw_pad_max_gather": resolve() + raw_config(1, 0, 2**31 - 1, 1, 1, 1, 1, -1, 0) +
-    bootstrap() + create() + gather(k=2**31 - 2, wiggle=0x0e) +
-    logprobs(k=2**31 - 2, wiggle=0x0f) + swap(k=2**31 - 2, wiggle=0x01),
     # environment overrides
     "env_disagree": resolve(e1=NCCL, e2=ONESIDED, requested=0) + config() + bootstrap() + create(),
     "env_bogus": resolve(e1=("str", b"NCCL "), e2=EMPTY, requested=2, avail=0,
@@ -170,13 +166,27 @@ SEEDS = {
 }
 
 
+# Inputs that found bugs (bf95842: the harness's 32-bit sums of the nudged
+# gather shape overflowed): valid configs at the int limits, N = INT_MAX (N+1
+# must not overflow in the harness), max_pad_bs = INT_MAX at tp=1 (pad_bs/tp + 1
+# likewise); the gathers nudge both upward.
+REGRESSIONS = {
+    "raw_n_max_gather": resolve() + raw_config(1, 0, 1, 2**31 - 1, 1, 1, 1, -1, 0) +
+    bootstrap() + create() + gather(wiggle=0x04) + logprobs(wiggle=0x04) + gather(),
+    "raw_pad_max_gather": resolve() + raw_config(1, 0, 2**31 - 1, 1, 1, 1, 1, -1, 0) +
+    bootstrap() + create() + gather(k=2**31 - 2, wiggle=0x0e) +
+    logprobs(k=2**31 - 2, wiggle=0x0f) + swap(k=2**31 - 2, wiggle=0x01),
+}
+
+
 def main():
-    d = os.path.join(HERE, "corpus")
-    os.makedirs(d, exist_ok=True)
-    for name, data in SEEDS.items():
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(data)
-    print(f"{len(SEEDS)} seeds in {d}")
+    for sub, inputs in (("corpus", SEEDS), ("regressions", REGRESSIONS)):
+        d = os.path.join(HERE, sub)
+        os.makedirs(d, exist_ok=True)
+        for name, data in inputs.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        print(f"{len(inputs)} inputs in {d}")
 
 
 if __name__ == "__main__":

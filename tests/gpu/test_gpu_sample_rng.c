@@ -9,7 +9,7 @@
  *
  * Needs only the CUDA runtime: besides the CMake target it builds alone, e.g.
  *   nvcc -O3 -arch=sm_90 -Isrc/core -Itests/gpu -c tests/gpu/sample_rng_check.cu
- *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -Itests/fixtures -I$CUDA/include -c \
+ *   gcc -O2 -std=c11 -Isrc/core -Itests/gpu -Itests/support -I$CUDA/include -c \
  *     tests/gpu/test_gpu_sample_rng.c
  *   nvcc sample_rng_check.o test_gpu_sample_rng.o -o t -lpthread */
 #define _POSIX_C_SOURCE 200809L

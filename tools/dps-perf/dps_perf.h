@@ -1,12 +1,18 @@
 /* dps-perf: the harness and its operations (nccl-tests style).
  *
- * harness.c does everything that is the same for every operation: options,
- * the list of cases, the processes (one per GPU, tests/fixtures' fxRunRanks),
- * the communicators, the link-peak measurement (peak.cu), the timing (eager
- * call + warm-up, `iters` calls captured into one CUDA graph, timed replays),
- * the correctness check on every run, the table and the CSV. Each operation
- * is one file (op_swap.c, op_gather.c, op_logprobs.c) that defines one
- * DpOp descriptor; ops.c lists them in dpOps[], in the order of the table.
+ * The harness does everything that is the same for every operation:
+ *   cli.c     options, the list of cases, main (the processes: one per GPU,
+ *             testing/'s fxRunRanks);
+ *   run.c     the rank body: the communicators, the timing of one case (eager
+ *             call + warm-up, `iters` calls captured into one CUDA graph,
+ *             timed replays), the agreement between ranks after every phase;
+ *   bufs.c    the buffers: host inputs, device buffers, the uploads before the
+ *             calls and the copies back before every check;
+ *   peaks.c   the link-peak and HBM-peak measurements (kernels: peak.cu);
+ *   report.c  the header, the table (or CSV) and the totals.
+ * Each operation is one file (op_swap.c, op_gather.c, op_logprobs.c, ...)
+ * that defines one DpOp descriptor; ops.c lists them in dpOps[], in the
+ * order of the table.
  *
  * Adding an operation: write op_NAME.c defining
  *
@@ -18,19 +24,24 @@
  *       .add_cases = addCases,          its cases from -s/-d, or its defaults
  *       .valid = valid,                 can this case run at this tp?
  *       .bytes = bytes,                 bytes column (algbw = bytes / time)
- *       .host_init = hostInit, .host_free = hostFree,
- *       .setup = setup, .fill = fill, .run = run, .check = check,
- *       .teardown = teardown,
+ *       .host_init = hostInit,          its host inputs (and references)
+ *       .setup = setup,                 its device buffers and state
+ *       .state_size = sizeof(State),    the state run and check read
+ *       .run = run, .check = check,
  *   };
  *
+ * (DP_OP below writes it for callbacks of these names; op_logprobs.c uses it),
  * and add `extern const DpOp dpOpName;` and `&dpOpName` to ops.c (the -o
  * list, the help and the header line come from that table). An -o item
  * selects every operation whose name or alias it is (op_sample.c's family
- * shares the alias "sample"). Every callback
- * is required but `note` and `prepare`; `.hbm = 1` marks an operation bound by its local HBM reads. An operation without logits can take the harness's
- * dpAddTokenCases and dpValidTokens (gather and logprobs do). If its shapes
- * read -s/-d differently from the existing operations, say so in usage()
- * (harness.c). op_logprobs.c is the smallest example.
+ * shares the alias "sample"). Every callback is required but `note` and
+ * `prepare`; `.hbm = 1` marks an operation bound by its local HBM reads. An
+ * operation without logits can take the harness's dpAddTokenCases and
+ * dpValidTokens (gather and logprobs do), one on logits shards
+ * dpAddShapeCases with default `shapes` (argmax, topk, the sample and verify
+ * families). If its shapes read -s/-d
+ * differently from the existing operations, say so in usage() (cli.c).
+ * op_logprobs.c is the smallest example.
  *
  * bytes is what each rank sends across the link per call; the harness
  * derives algbw = bytes / time and link = algbw / peer store peak from it.
@@ -42,25 +53,33 @@
  * cases with the same N, vocab and dtype share one communicator per backend,
  * sized for the largest pad_bs among them.
  *
- * Per case and rank, the harness calls:
- *   host_init     once: the host inputs of steps 1 and 2 (shared by backends);
+ * The buffers belong to the harness (bufs.c): the operation declares them
+ * and the harness allocates, fills, copies back and frees them.
+ *   host_init     once per case and rank (shared by the backends): declares
+ *                 the host inputs of steps 1 and 2 (dpHostIn) and fills
+ *                 them; host-only data (references) from dpHostMem; 0, or 1
+ *                 when out of host memory;
  *   then for each backend:
- *   setup         device buffers (and host room for check); setup sets *bufs
- *                 as soon as it has allocated it, so that teardown frees
- *                 what is there when setup fails part-way;
- *   fill(step 1)  copy step 1's inputs to the device, then prepare(step 1)
- *                 when the operation has one (the harness then synchronizes
- *                 the stream);
+ *   setup         fills the operation's own state b->op (state_size bytes,
+ *                 zeroed: what run and check read) and declares the device
+ *                 buffers: dpDevIn (the device copy of a host input),
+ *                 dpDevOut (an output the call writes into), dpLibOut (an
+ *                 output the library owns: the pointer the call returns),
+ *                 dpDevTmp (device scratch); host scratch from dpMem. A
+ *                 failed declaration records why in *l and returns NULL (and
+ *                 every later one too); setup returns nonzero when *l holds
+ *                 a failure;
+ *   fill(step 1)  the harness copies step 1's host inputs to their device
+ *                 copies, writes the poison byte over the outputs that have
+ *                 one, calls prepare(step 1) when the operation has one, and
+ *                 synchronizes the stream;
  *   run           1 + warmup eager calls;
- *   check(step 1) copy the outputs back, return the number of wrong elements
- *                 (skipped with --no-check);
- *   fill(step 2) (and prepare), run x iters under stream capture, graph
- *   replays (timed), check(step 2);
- *   teardown;
- *   host_free     after the last backend.
- * host_free runs only after a host_init that returned 0, teardown only when
- * *bufs was set. The outputs that the library owns (the persistent output
- * pointers that the calls return) live in the op's bufs: check reads them.
+ *   check(step 1) the harness copies every output back (dpDevOut's and
+ *                 dpLibOut's host copies), then check returns the number of
+ *                 wrong elements (skipped with --no-check);
+ *   fill(step 2), run x iters under stream capture, graph replays (timed),
+ *   check(step 2); then the harness frees the buffers, and after the last
+ *   backend the host inputs.
  * run must be capturable (no host synchronization) and launch on `s` only.
  * Callbacks that fail record why with dpSetLocal / DP_TRY_CUDA and return
  * nonzero (check: its return value is ignored once *l holds a failure). The
@@ -96,10 +115,6 @@ void dpSetLocal(DpLocal* l, int status, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-
-/* Host memory for a callback (zeroed if `zero`); NULL with "out of host
- * memory (N bytes)" recorded in *l. */
-void* dpHostAlloc(DpLocal* l, size_t bytes, int zero);
 
 #define DP_TRY_CUDA(l, call, label)                                                  \
   do {                                                                               \
@@ -154,6 +169,86 @@ void dpAddCase(const struct DpOp* op, int pad_bs, int n, int64_t vocab, dpsDataT
  * {8,64,256,512} x N {1,4,8}, N outer; valid when tp divides pad_bs. */
 void dpAddTokenCases(const struct DpOp* self, const DpCaseArgs* args);
 int dpValidTokens(const DpCase* c, int tp);
+/* add_cases of the operations on logits shards (argmax, topk, the sample and
+ * verify families): a case per PxNxV item (of -s, else the operation's
+ * default `shapes`) and dtype (of -d, else bf16). */
+void dpAddShapeCases(const struct DpOp* self, const DpCaseArgs* args);
+#define DP_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- buffers (bufs.c; see the top of this file) ------------------------------- */
+#define DP_MAX_BUFS 24 /* host inputs, or device buffers, of one case */
+#define DP_MAX_MEM 32  /* host allocations of one case */
+
+/* Host memory freed with its owner. */
+typedef struct {
+  int n;
+  void* p[DP_MAX_MEM];
+} DpMemList;
+
+/* A case's host side on one rank: its inputs of steps 1 and 2, and the
+ * operation's host-only data. */
+typedef struct DpHost {
+  int nin;
+  struct {
+    void* step[2]; /* step 1, step 2 (the same array for a shared input) */
+    size_t bytes;
+  } in[DP_MAX_BUFS];
+  DpMemList mem;
+  void* op; /* the operation's host state (dpHostMem), or NULL */
+} DpHost;
+
+/* A case's device side on one rank, for one backend. */
+typedef struct DpBufs {
+  int n;
+  struct {
+    void* dev;        /* device memory (the harness's), NULL for a library output */
+    const void* slot; /* library output: where run stores the library's pointer */
+    void* host;       /* outputs: the host copy check reads */
+    size_t bytes;
+    int input;        /* the host input uploaded into dev at every fill, or -1 */
+    int poison;       /* byte written over dev at every fill, or -1 */
+  } b[DP_MAX_BUFS];
+  DpMemList mem;
+  void* op; /* the operation's state (DpOp.state_size bytes, zeroed) */
+  int tp;
+} DpBufs;
+
+/* host_init: a host input of `bytes` per step (per_step 0: one array, the
+ * same in both steps); returns its index (for h->in[i].step[k] and dpDevIn),
+ * -1 when out of host memory. */
+int dpHostIn(DpHost* h, size_t bytes, int per_step);
+/* host_init: host memory (zeroed) freed with the host side; NULL when out of
+ * host memory. */
+void* dpHostMem(DpHost* h, size_t bytes);
+
+/* setup: the device copy of host input `input`, uploaded at every fill. */
+void* dpDevIn(DpBufs* b, const DpHost* h, int input, DpLocal* l);
+/* setup: a device output of `bytes`, poisoned with the byte `poison` (-1:
+ * not) at every fill, copied back into its host copy before every check
+ * ({NULL, NULL} on failure). */
+typedef struct {
+  void* dev;
+  const void* host;
+} DpOut;
+DpOut dpDevOut(DpBufs* b, size_t bytes, int poison, DpLocal* l);
+/* setup: device scratch, neither filled nor copied back. */
+void* dpDevTmp(DpBufs* b, size_t bytes, DpLocal* l);
+/* setup: an output the library owns: run stores its pointer at `slot` (a
+ * pointer variable of the operation's state); its first `bytes` are copied
+ * back before every check (a NULL pointer then fails the check). Returns the
+ * host copy. */
+void* dpLibOut(DpBufs* b, const void* slot, size_t bytes, DpLocal* l);
+/* setup: host scratch (zeroed), freed with the buffers. */
+void* dpMem(DpBufs* b, size_t bytes, DpLocal* l);
+
+/* What check reads. */
+typedef struct DpCheck {
+  const DpCase* c;
+  const void* op;  /* setup's state (b->op), its host copies filled */
+  const void* ref; /* host_init's host state (DpHost.op) */
+  int rank, tp, step;
+  DpLocal* l;      /* where a failure is recorded */
+} DpCheck;
 
 /* ---- the operation descriptor (see the top of this file) ---------------------- */
 typedef struct DpOp {
@@ -161,18 +256,20 @@ typedef struct DpOp {
   const char* const* aliases;
   const char* elem_type;
   void (*add_cases)(const struct DpOp* self, const DpCaseArgs* args);
+  /* dpAddShapeCases's default shapes (when -s is not given), or NULL. */
+  const DpShape* shapes;
+  int nshapes;
   int (*valid)(const DpCase* c, int tp);
   size_t (*bytes)(const DpCase* c, int tp);
-  /* 0 on success, 1 when out of host memory (nothing left allocated). */
-  int (*host_init)(const DpCase* c, int rank, int tp, void** host);
-  void (*host_free)(void* host);
-  int (*setup)(const DpCase* c, int tp, void** bufs, DpLocal* l);
-  int (*fill)(const DpCase* c, void* bufs, const void* host, int tp, int step, cudaStream_t s,
-              DpLocal* l);
-  dpsResult_t (*run)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, cudaStream_t s);
-  long long (*check)(const DpCase* c, void* bufs, int rank, int tp, int step, cudaStream_t s,
-                     DpLocal* l);
-  void (*teardown)(void* bufs);
+  /* 0 on success, 1 when out of host memory (the harness frees what is there). */
+  int (*host_init)(const DpCase* c, int rank, int tp, DpHost* h);
+  /* b->op: the operation's state (state_size bytes, zeroed), b->tp: the ranks. */
+  int (*setup)(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l);
+  size_t state_size;
+  /* op: setup's state (b->op). */
+  dpsResult_t (*run)(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s);
+  /* The outputs are back on the host (and the stream synchronized). */
+  long long (*check)(const struct DpCheck* k);
   /* Optional. 1: bytes counts the local pass's HBM reads (argmax, top-k),
    * and the efficiency column is against the HBM read peak, not the link. */
   int hbm;
@@ -183,16 +280,27 @@ typedef struct DpOp {
    * line into out (printed at the end of the row) and returns the number of
    * problems it found (counted as wrong elements); phase 0 returns nonzero
    * on failure (recorded in *l). May synchronize: nothing is timed then. */
-  long long (*note)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, int phase,
+  long long (*note)(const DpCase* c, dpsComm_t comm, void* op, int tp, int phase,
                     const struct DpRow* row, char* out, size_t len, DpLocal* l);
-  /* Optional (NULL: none). Called on every rank right after fill(step), with
-   * the communicator: for inputs that an operation derives with the library
-   * itself (op_verify.c: the drafts, from dpsSample's tokens of the same
-   * rows). May synchronize and call collectives (every rank calls it at the
-   * same point); nothing is timed then. Nonzero on failure (recorded in *l). */
-  int (*prepare)(const DpCase* c, dpsComm_t comm, void* bufs, int tp, int step, cudaStream_t s,
+  /* Optional (NULL: none). Called on every rank right after the fill of
+   * `step`, with the communicator: for inputs that an operation derives with
+   * the library itself (op_verify.c: the drafts, from dpsSample's tokens of
+   * the same rows). May synchronize and call collectives (every rank calls it
+   * at the same point); nothing is timed then. Nonzero on failure (recorded
+   * in *l). */
+  int (*prepare)(const DpCase* c, dpsComm_t comm, void* op, int tp, int step, cudaStream_t s,
                  DpLocal* l);
 } DpOp;
+
+/* The descriptor of an operation whose file names its callbacks bytes,
+ * hostInit, setup, run and check and its state STATE (op_swap.c, op_gather.c,
+ * op_logprobs.c). */
+#define DP_OP(NAME, ALIASES, ELEM_TYPE, ADD_CASES, VALID, STATE)                          \
+  {                                                                                      \
+    .name = NAME, .aliases = ALIASES, .elem_type = ELEM_TYPE, .add_cases = ADD_CASES,    \
+    .valid = VALID, .bytes = bytes, .host_init = hostInit, .setup = setup, .run = run,   \
+    .check = check, .state_size = sizeof(STATE),                                         \
+  }
 
 /* What the harness knows of a row when it calls note(phase 1). */
 typedef struct DpRow {

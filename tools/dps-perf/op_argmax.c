@@ -5,12 +5,12 @@
  * {64,256,1024}x76032. */
 #include "select_case.h"
 
-static int setup(const DpCase* c, int tp, void** bufs, DpLocal* l) {
-  return dpSelSetup(c, tp, bufs, l, 0);
+static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
+  return dpSelSetup(c, h, b, l, 0);
 }
 
-static int setupLse(const DpCase* c, int tp, void** bufs, DpLocal* l) {
-  return dpSelSetup(c, tp, bufs, l, -1);
+static int setupLse(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
+  return dpSelSetup(c, h, b, l, -1);
 }
 
 const DpOp dpOpArgmax = DP_SELECT_OP("argmax", setup);

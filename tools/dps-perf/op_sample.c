@@ -42,7 +42,7 @@
  *  - logprobs: |logprob - (l_token - logsumexp(row))| > 1e-4 max(1, |.|),
  *    the logsumexp in double on the host;
  *  - up to SMP_REF_ROWS rows per step (spread over the batch): the token is
- *    not the host reference's (tests/fixtures/sample_ref.c, the same Philox
+ *    not the host reference's (testing/sample_ref.c, the same Philox
  *    noise: bit for bit by contract);
  *  - sample_argmax / sample_topk50: index or value differs from the host's.
  * A sample row that no check above pins (T > 0, no filter, not a reference
@@ -66,34 +66,23 @@
 #define SMP_REF_ROWS 8  /* rows per step checked against the exact host reference */
 #define SMP_HEADS 4     /* most head tokens per row */
 
-enum { KIND_SAMPLE, KIND_ARGMAX, KIND_TOPK };
-
-typedef struct {
-  int kind;
-  float temperature;
-  int top_k;   /* 0: no array */
-  float top_p; /* 1: no array */
-  float min_p; /* 0: no array */
-  int logprobs;
-  int flat;
-} Variant;
-
 /* In the order of dpOpSample[] below. */
-static const Variant kVariants[DP_SAMPLE_OPS] = {
-    {KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0},   /* sample_argmax */
-    {KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0}, /* sample_topk50 */
-    {KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0},   /* sample_greedy */
-    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0},   /* sample_t */
-    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0},   /* sample_t_lp */
-    {KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0}, /* sample_kp */
-    {KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 1, 0}, /* sample_kp_lp */
-    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 0},   /* sample_p */
-    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 1, 0},   /* sample_p_lp */
-    {KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 1},   /* sample_p_flat */
-    {KIND_SAMPLE, 0.7f, 0, 1.0f, 0.1f, 0, 0},   /* sample_minp */
+static const DpVariant kVariants[DP_SAMPLE_OPS] = {
+    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t */
+    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_argmax */
+    {DP_KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0, NULL, 0},        /* sample_topk50 */
+    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_greedy */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_t */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0, NULL, 0},          /* sample_t_lp */
+    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0, NULL, 0},      /* sample_kp */
+    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 1, 0, NULL, 0},      /* sample_kp_lp */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 0, NULL, 0},          /* sample_p */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 1, 0, NULL, 0},          /* sample_p_lp */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 1, NULL, 0},          /* sample_p_flat */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.1f, 0, 0, NULL, 0},          /* sample_minp */
 };
 
-static const Variant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpSample]; }
+static const DpVariant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpSample]; }
 
 /* ---- the rows ---------------------------------------------------------------- */
 
@@ -165,7 +154,7 @@ static void rowHeads(int64_t row, int step, int64_t V, dpsDataType_t dt, Heads* 
 
 /* The logit at (row, col) as the dtype stores it (the bulk, or the largest
  * head there). initBulk(dtype) first. */
-static float logitAt(const Variant* v, int64_t row, int64_t col, int step, const Heads* h) {
+static float logitAt(const DpVariant* v, int64_t row, int64_t col, int step, const Heads* h) {
   if (v->flat) return SMP_FLAT;
   float x = g_bulk[bulkIndex(row, col, step)];
   for (int i = 0; i < h->n; ++i)
@@ -175,7 +164,7 @@ static float logitAt(const Variant* v, int64_t row, int64_t col, int step, const
 
 /* The full row into row[0..V) and its sum of exp (double: the values stay
  * below 2^5, nothing overflows), the bulk by table, then the heads. */
-static double fillRow(const Variant* v, int64_t i, int step, int64_t V, const Heads* h,
+static double fillRow(const DpVariant* v, int64_t i, int step, int64_t V, const Heads* h,
                       float* row) {
   double s = 0.0;
   if (v->flat) {
@@ -197,40 +186,17 @@ static double fillRow(const Variant* v, int64_t i, int step, int64_t V, const He
 
 /* ---- host inputs and references ------------------------------------------------- */
 
+/* Host inputs, in the order of setup's dpDevIn: */
+enum { IN_LOGITS, IN_TEMPS, IN_TOPKS, IN_TOPPS, IN_MINPS, IN_SEEDS, IN_OFFSETS };
+
 typedef struct {
-  void* in[2]; /* this rank's shard [rows, V/tp] of steps 1 and 2 */
-  size_t in_bytes;
-  int64_t rows;
-  float* temps;
-  int32_t* topks;
-  float* topps;
-  float* minps;
-  uint64_t* seeds[2];
-  uint64_t* offsets[2];
   int64_t* topk_idx[2]; /* [rows][SMP_K], host top-50 (column 0: the argmax) */
   float* topk_val[2];
   double* lse[2]; /* [rows] */
   int nref;
   int64_t ref_row[SMP_REF_ROWS];
   int64_t ref_tok[2][SMP_REF_ROWS];
-} HostIn;
-
-static void hostFree(void* p) {
-  HostIn* h = (HostIn*)p;
-  for (int k = 0; k < 2; ++k) {
-    free(h->in[k]);
-    free(h->seeds[k]);
-    free(h->offsets[k]);
-    free(h->topk_idx[k]);
-    free(h->topk_val[k]);
-    free(h->lse[k]);
-  }
-  free(h->temps);
-  free(h->topks);
-  free(h->topps);
-  free(h->minps);
-  free(h);
-}
+} HostRef;
 
 /* The first SMP_K of the row in the order (value descending, index
  * ascending), by insertion: a later index enters only above the current
@@ -251,204 +217,130 @@ static void hostTopK(const float* row, int64_t V, int64_t* idx, float* val) {
   }
 }
 
-static int hostInit(const DpCase* c, int rank, int tp, void** out) {
-  const Variant* v = variantOf(c);
-  HostIn* h = (HostIn*)calloc(1, sizeof *h);
-  if (!h) return 1;
+static int hostInit(const DpCase* c, int rank, int tp, DpHost* h) {
+  const DpVariant* v = variantOf(c);
   initBulk(c->dtype);
   const int64_t rows = (int64_t)c->pad_bs * c->n, V = c->vocab, vl = V / tp;
   const size_t r = (size_t)rows;
-  h->rows = rows;
-  h->in_bytes = r * (size_t)vl * dpsDataTypeSize(c->dtype);
-  float* row = (float*)malloc((size_t)V * sizeof(float));
-  h->temps = (float*)malloc(r * 4);
-  h->topks = (int32_t*)malloc(r * 4);
-  h->topps = (float*)malloc(r * 4);
-  h->minps = (float*)malloc(r * 4);
-  int ok = row && h->temps && h->topks && h->topps && h->minps;
-  for (int k = 0; k < 2 && ok; ++k) {
-    h->in[k] = malloc(h->in_bytes);
-    h->seeds[k] = (uint64_t*)malloc(r * 8);
-    h->offsets[k] = (uint64_t*)malloc(r * 8);
-    h->topk_idx[k] = (int64_t*)malloc(r * SMP_K * 8);
-    h->topk_val[k] = (float*)malloc(r * SMP_K * 4);
-    h->lse[k] = (double*)malloc(r * 8);
-    ok = h->in[k] && h->seeds[k] && h->offsets[k] && h->topk_idx[k] && h->topk_val[k] && h->lse[k];
-  }
-  if (!ok) {
-    free(row);
-    hostFree(h);
+  /* the inputs: the shard and the seeds and offsets per step, the filters shared */
+  HostRef* x = (HostRef*)dpHostMem(h, sizeof *x);
+  if (!x || dpHostIn(h, r * (size_t)vl * dpsDataTypeSize(c->dtype), 1) != IN_LOGITS ||
+      dpHostIn(h, r * 4, 0) != IN_TEMPS || dpHostIn(h, r * 4, 0) != IN_TOPKS ||
+      dpHostIn(h, r * 4, 0) != IN_TOPPS || dpHostIn(h, r * 4, 0) != IN_MINPS ||
+      dpHostIn(h, r * 8, 1) != IN_SEEDS || dpHostIn(h, r * 8, 1) != IN_OFFSETS)
     return 1;
+  h->op = x;
+  for (int k = 0; k < 2; ++k) {
+    x->topk_idx[k] = (int64_t*)dpHostMem(h, r * SMP_K * 8);
+    x->topk_val[k] = (float*)dpHostMem(h, r * SMP_K * 4);
+    x->lse[k] = (double*)dpHostMem(h, r * 8);
+    if (!x->topk_idx[k] || !x->topk_val[k] || !x->lse[k]) return 1;
   }
+  float* row = (float*)malloc((size_t)V * sizeof(float));
+  if (!row) return 1;
+  float* temps = (float*)h->in[IN_TEMPS].step[0];
+  int32_t* topks = (int32_t*)h->in[IN_TOPKS].step[0];
+  float* topps = (float*)h->in[IN_TOPPS].step[0];
+  float* minps = (float*)h->in[IN_MINPS].step[0];
   for (int64_t i = 0; i < rows; ++i) {
-    h->temps[i] = v->temperature;
-    h->topks[i] = v->top_k;
-    h->topps[i] = v->top_p;
-    h->minps[i] = v->min_p;
+    temps[i] = v->temperature;
+    topks[i] = v->top_k;
+    topps[i] = v->top_p;
+    minps[i] = v->min_p;
   }
   /* the exact reference's rows: spread over the batch, the last one included */
   const int64_t stride = rows > SMP_REF_ROWS ? rows / SMP_REF_ROWS : 1;
-  h->nref = 0;
-  for (int64_t i = 0; i < rows && h->nref < SMP_REF_ROWS; i += stride) h->ref_row[h->nref++] = i;
-  if (h->nref > 0) h->ref_row[h->nref - 1] = rows - 1;
+  x->nref = 0;
+  for (int64_t i = 0; i < rows && x->nref < SMP_REF_ROWS; i += stride) x->ref_row[x->nref++] = i;
+  if (x->nref > 0) x->ref_row[x->nref - 1] = rows - 1;
 
   for (int k = 0; k < 2; ++k) {
     const int step = k + 1;
+    uint64_t* seeds = (uint64_t*)h->in[IN_SEEDS].step[k];
+    uint64_t* offsets = (uint64_t*)h->in[IN_OFFSETS].step[k];
     int next_ref = 0;
     for (int64_t i = 0; i < rows; ++i) {
       /* per-row seeds and offsets that change with the step, as an engine's */
-      h->seeds[k][i] = hash3((uint64_t)i, (uint64_t)step, 0x5eed);
-      h->offsets[k][i] = (uint64_t)step * 4096u + (uint64_t)i;
+      seeds[i] = hash3((uint64_t)i, (uint64_t)step, 0x5eed);
+      offsets[i] = (uint64_t)step * 4096u + (uint64_t)i;
       Heads hd;
       rowHeads(i, step, V, c->dtype, &hd);
-      h->lse[k][i] = log(fillRow(v, i, step, V, &hd, row));
+      x->lse[k][i] = log(fillRow(v, i, step, V, &hd, row));
       for (int64_t j = 0; j < vl; ++j)
-        fxStore(h->in[k], (size_t)(i * vl + j), row[rank * vl + j], c->dtype);
-      hostTopK(row, V, h->topk_idx[k] + i * SMP_K, h->topk_val[k] + i * SMP_K);
-      if (v->kind == KIND_SAMPLE && next_ref < h->nref && h->ref_row[next_ref] == i) {
+        fxStore(h->in[IN_LOGITS].step[k], (size_t)(i * vl + j), row[rank * vl + j], c->dtype);
+      hostTopK(row, V, x->topk_idx[k] + i * SMP_K, x->topk_val[k] + i * SMP_K);
+      if (v->kind == DP_KIND_SAMPLE && next_ref < x->nref && x->ref_row[next_ref] == i) {
         fxSampleParams p = fxSampleParamsDefault(V);
         p.temperature = v->temperature;
         p.top_k = v->top_k;
         p.top_p = v->top_p;
         p.min_p = v->min_p;
         float lp = 0.f;
-        if (fxRefSampleToken(row, V, &p, h->seeds[k][i], h->offsets[k][i],
-                             &h->ref_tok[k][next_ref], &lp) != 0)
-          h->ref_tok[k][next_ref] = -1; /* out of memory: counted wrong, not hidden */
+        if (fxRefSampleToken(row, V, &p, seeds[i], offsets[i], &x->ref_tok[k][next_ref], &lp) !=
+            0)
+          x->ref_tok[k][next_ref] = -1; /* out of memory: counted wrong, not hidden */
         ++next_ref;
       }
     }
   }
   free(row);
-  *out = h;
   return 0;
 }
 
 /* ---- device buffers ------------------------------------------------------------- */
 
 typedef struct {
-  const Variant* v;
-  size_t rows, per, es, in_bytes;
-  void* in_d;
-  int64_t* tok_d; /* tokens, or the references' indices [rows][per] */
-  void* val_d;    /* the references' values */
-  float* lp_d;
-  float* temps_d;
-  int32_t* topks_d;
-  float* topps_d;
-  float* minps_d;
-  uint64_t* seeds_d;
-  uint64_t* offsets_d;
-  int64_t* tok_h;
-  void* val_h;
-  float* lp_h;
+  const DpVariant* v;
+  size_t rows, per;
+  void* in;
+  DpOut tok; /* int64 tokens, or the references' indices [rows][per] */
+  DpOut val; /* the references' values (argmax, topk50) */
+  DpOut lp;  /* fp32 logprobs (the _lp members) */
   dpsSampleParams_t params;
   dpsSampleStats_t base; /* the communicator's counters before this case */
   int have_base;
-  const HostIn* host; /* set by fill */
-} Bufs;
+} Member;
 
-static void teardown(void* p) {
-  Bufs* b = (Bufs*)p;
-  cudaFree(b->in_d);
-  cudaFree(b->tok_d);
-  cudaFree(b->val_d);
-  cudaFree(b->lp_d);
-  cudaFree(b->temps_d);
-  cudaFree(b->topks_d);
-  cudaFree(b->topps_d);
-  cudaFree(b->minps_d);
-  cudaFree(b->seeds_d);
-  cudaFree(b->offsets_d);
-  free(b->tok_h);
-  free(b->val_h);
-  free(b->lp_h);
-  free(b);
-}
-
-static int setup(const DpCase* c, int tp, void** out, DpLocal* l) {
-  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
-  if (!b) return 1;
-  *out = b;
-  const Variant* v = variantOf(c);
-  b->v = v;
-  b->rows = (size_t)c->pad_bs * (size_t)c->n;
-  b->per = v->kind == KIND_TOPK ? SMP_K : 1;
-  b->es = dpsDataTypeSize(c->dtype);
-  b->in_bytes = b->rows * (size_t)(c->vocab / tp) * b->es;
-  const size_t r = b->rows;
-  DP_TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->tok_d, r * b->per * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc(&b->val_d, r * b->per * b->es), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->lp_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->temps_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->topks_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->topps_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->minps_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->seeds_d, r * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->offsets_d, r * 8), fail);
-  if (!(b->tok_h = (int64_t*)dpHostAlloc(l, r * b->per * 8, 0)) ||
-      !(b->val_h = dpHostAlloc(l, r * b->per * b->es, 0)) ||
-      !(b->lp_h = (float*)dpHostAlloc(l, r * 4, 0)))
-    return 1;
+static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
+  Member* x = (Member*)b->op;
+  const DpVariant* v = variantOf(c);
+  x->v = v;
+  x->rows = (size_t)c->pad_bs * (size_t)c->n;
+  x->per = v->kind == DP_KIND_TOPK ? SMP_K : 1;
+  const size_t r = x->rows;
+  x->in = dpDevIn(b, h, IN_LOGITS, l);
+  x->tok = dpDevOut(b, r * x->per * 8, 0xab, l);
+  if (v->kind != DP_KIND_SAMPLE)
+    x->val = dpDevOut(b, r * x->per * dpsDataTypeSize(c->dtype), -1, l);
+  if (v->logprobs) x->lp = dpDevOut(b, r * 4, 0xff, l);
   dpsSampleParams_t prm = DPS_SAMPLE_PARAMS_INITIALIZER;
-  prm.temperatures = b->temps_d;
-  prm.seeds = b->seeds_d;
-  prm.offsets = b->offsets_d;
-  if (v->top_k > 0) prm.top_ks = b->topks_d;
-  if (v->top_p < 1.0f) prm.top_ps = b->topps_d;
-  if (v->min_p > 0.0f) prm.min_ps = b->minps_d;
-  b->params = prm;
-  return 0;
-fail:
-  return 1;
+  prm.temperatures = (const float*)dpDevIn(b, h, IN_TEMPS, l);
+  const int32_t* topks = (const int32_t*)dpDevIn(b, h, IN_TOPKS, l);
+  const float* topps = (const float*)dpDevIn(b, h, IN_TOPPS, l);
+  const float* minps = (const float*)dpDevIn(b, h, IN_MINPS, l);
+  prm.seeds = (const uint64_t*)dpDevIn(b, h, IN_SEEDS, l);
+  prm.offsets = (const uint64_t*)dpDevIn(b, h, IN_OFFSETS, l);
+  if (v->top_k > 0) prm.top_ks = topks;
+  if (v->top_p < 1.0f) prm.top_ps = topps;
+  if (v->min_p > 0.0f) prm.min_ps = minps;
+  x->params = prm;
+  return l->status != DP_OK;
 }
 
-static int fill(const DpCase* c, void* p, const void* hp, int tp, int step, cudaStream_t s,
-                DpLocal* l) {
-  (void)c;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const HostIn* h = (const HostIn*)hp;
-  const int k = step - 1;
-  const size_t r = b->rows;
-  b->host = h;
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->in_d, h->in[k], b->in_bytes, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->temps_d, h->temps, r * 4, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->topks_d, h->topks, r * 4, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->topps_d, h->topps, r * 4, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->minps_d, h->minps, r * 4, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->seeds_d, h->seeds[k], r * 8, cudaMemcpyHostToDevice, s), fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->offsets_d, h->offsets[k], r * 8, cudaMemcpyHostToDevice, s),
-              fail);
-  /* outputs a call did not write show up as wrong (an invalid index, NaN) */
-  DP_TRY_CUDA(l, cudaMemsetAsync(b->tok_d, 0xab, r * b->per * 8, s), fail);
-  DP_TRY_CUDA(l, cudaMemsetAsync(b->lp_d, 0xff, r * 4, s), fail);
-  return 0;
-fail:
-  return 1;
-}
-
-static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStream_t s) {
-  Bufs* b = (Bufs*)p;
-  const int64_t rows = (int64_t)b->rows, vl = c->vocab / tp;
-  switch (b->v->kind) {
-    case KIND_ARGMAX:
-      return dpsArgmax(comm, b->in_d, rows, vl, c->dtype, c->vocab, b->val_d, b->tok_d, NULL, s);
-    case KIND_TOPK:
-      return dpsTopK(comm, b->in_d, rows, vl, c->dtype, SMP_K, c->vocab, b->val_d, b->tok_d, s);
-    default:
-      return dpsSample(comm, b->in_d, rows, vl, c->dtype, c->vocab, &b->params, b->tok_d,
-                       b->v->logprobs ? b->lp_d : NULL, s);
-  }
+static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s) {
+  Member* x = (Member*)op;
+  if (x->v->kind != DP_KIND_SAMPLE) /* the references: argmax, top-50 */
+    return dpSelCall(c, comm, x->in, x->rows, tp, x->v->top_k, x->val.dev, (int64_t*)x->tok.dev,
+                     NULL, s);
+  return dpsSample(comm, x->in, (int64_t)x->rows, c->vocab / tp, c->dtype, c->vocab, &x->params,
+                   (int64_t*)x->tok.dev, (float*)x->lp.dev, s);
 }
 
 /* ---- check ------------------------------------------------------------------------ */
 
 /* 1 when the sample row's token (and logprob) break a rule of the header. */
-static int wrongRow(const DpCase* c, const Bufs* b, const HostIn* h, int k, int64_t i,
+static int wrongRow(const DpCase* c, const DpVariant* v, const HostRef* h, int k, int64_t i,
                     int64_t tok, float lp) {
-  const Variant* v = b->v;
   const int64_t V = c->vocab;
   if (tok < 0 || tok >= V) return 1;
   const int64_t* top = h->topk_idx[k] + i * SMP_K;
@@ -477,72 +369,52 @@ static int wrongRow(const DpCase* c, const Bufs* b, const HostIn* h, int k, int6
   return 0;
 }
 
-static long long check(const DpCase* c, void* p, int rank, int tp, int step, cudaStream_t s,
-                       DpLocal* l) {
-  (void)rank;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const HostIn* h = b->host;
-  const int k = step - 1;
-  const size_t r = b->rows, per = b->per;
-  DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
-  DP_TRY_CUDA(l, cudaMemcpy(b->tok_h, b->tok_d, r * per * 8, cudaMemcpyDeviceToHost), fail);
-  if (b->v->kind != KIND_SAMPLE)
-    DP_TRY_CUDA(l, cudaMemcpy(b->val_h, b->val_d, r * per * b->es, cudaMemcpyDeviceToHost), fail);
-  if (b->v->logprobs)
-    DP_TRY_CUDA(l, cudaMemcpy(b->lp_h, b->lp_d, r * 4, cudaMemcpyDeviceToHost), fail);
+static long long check(const DpCheck* k) {
+  const Member* x = (const Member*)k->op;
+  const HostRef* ref = (const HostRef*)k->ref;
+  const int s = k->step - 1;
+  if (x->v->kind != DP_KIND_SAMPLE) /* argmax: column 0 of the host top-k */
+    return dpWrongRefRows(k->c, (const int64_t*)x->tok.host, x->val.host, x->rows, x->per,
+                          ref->topk_idx[s], ref->topk_val[s], SMP_K);
+  const int64_t* tok = (const int64_t*)x->tok.host;
+  const float* lp = (const float*)x->lp.host;
   long long wrong = 0;
-  for (size_t i = 0; i < r; ++i) {
-    if (b->v->kind == KIND_SAMPLE) {
-      wrong += wrongRow(c, b, h, k, (int64_t)i, b->tok_h[i], b->lp_h[i]);
-      continue;
-    }
-    for (size_t j = 0; j < per; ++j) /* argmax: column 0 of the host top-k */
-      wrong += b->tok_h[i * per + j] != h->topk_idx[k][i * SMP_K + j] ||
-               !(fxLoad(b->val_h, i * per + j, c->dtype) == h->topk_val[k][i * SMP_K + j]);
-  }
+  for (size_t i = 0; i < x->rows; ++i)
+    wrong += wrongRow(k->c, x->v, ref, s, (int64_t)i, tok[i], lp ? lp[i] : 0.f);
   return wrong;
-fail:
-  return 0;
 }
 
 /* ---- note: ratios and paths ------------------------------------------------------- */
 
-static size_t bytes(const DpCase* c, int tp) {
-  return (size_t)c->pad_bs * (size_t)c->n * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
-}
-
-static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phase,
+static long long note(const DpCase* c, dpsComm_t comm, void* op, int tp, int phase,
                       const DpRow* row, char* out, size_t len, DpLocal* l) {
   (void)l;
-  Bufs* b = (Bufs*)p;
-  const int sampling = b->v->kind == KIND_SAMPLE;
+  Member* x = (Member*)op;
+  const int sampling = x->v->kind == DP_KIND_SAMPLE;
   if (phase == 0) {
     /* counters are the communicator's, over every case it ran: keep the base */
-    b->have_base = sampling && dpsCommGetSampleStats(comm, &b->base) == dpsSuccess;
+    x->have_base = sampling && dpsCommGetSampleStats(comm, &x->base) == dpsSuccess;
     return 0;
   }
   out[0] = 0;
-  if (row->hbm_peak > 0 && row->us > 0)
-    dpNoteAppend(out, len, "read x%.2f",
-                 row->us / ((double)bytes(c, tp) / (row->hbm_peak * 1e3)));
+  dpNoteRead(c, tp, row, out, len);
   const double am = dpRowTime("sample_argmax", c, row->backend);
-  if (b->v->kind != KIND_ARGMAX && am > 0)
+  if (x->v->kind != DP_KIND_ARGMAX && am > 0)
     dpNoteAppend(out, len, " | argmax x%.2f", row->us / am);
   const double tk = dpRowTime("sample_topk50", c, row->backend);
-  if (sampling && b->v->top_k > 0 && tk > 0)
+  if (sampling && x->v->top_k > 0 && tk > 0)
     dpNoteAppend(out, len, " | topk50 x%.2f", row->us / tk);
   if (!sampling) return 0;
   dpsSampleStats_t st;
-  if (!b->have_base || dpsCommGetSampleStats(comm, &st) != dpsSuccess) {
+  if (!x->have_base || dpsCommGetSampleStats(comm, &st) != dpsSuccess) {
     dpNoteAppend(out, len, " | paths: dpsCommGetSampleStats failed: %.120s",
                  dpsGetLastError());
     return 0;
   }
-  const unsigned long long g = st.rows_greedy - b->base.rows_greedy,
-                           f = st.rows_fast - b->base.rows_fast,
-                           e = st.rows_exact - b->base.rows_exact,
-                           bad = st.invalid_calls - b->base.invalid_calls;
+  const unsigned long long g = st.rows_greedy - x->base.rows_greedy,
+                           f = st.rows_fast - x->base.rows_fast,
+                           e = st.rows_exact - x->base.rows_exact,
+                           bad = st.invalid_calls - x->base.invalid_calls;
   const double all = (double)(g + f + e) > 0 ? (double)(g + f + e) : 1.0;
   dpNoteAppend(out, len, " | rows greedy %.1f%% fast %.1f%% exact %.1f%% (%llu rows, %lld calls)",
                100.0 * g / all, 100.0 * f / all, 100.0 * e / all, g + f + e, row->calls);
@@ -552,29 +424,18 @@ static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phas
 
 /* ---- cases ---------------------------------------------------------------------- */
 
-static void addCases(const DpOp* self, const DpCaseArgs* a) {
-  static const DpShape kShapes[] = {{8, 1, 129280},  {64, 1, 129280},  {1024, 1, 129280},
-                                    {8, 1, 152064},  {64, 1, 152064},  {1024, 1, 152064}};
-  dpAddShapeCases(self, a, kShapes, (int)(sizeof kShapes / sizeof kShapes[0]));
-}
-
-/* every rank holds every row: only the vocabulary is cut */
-static int valid(const DpCase* c, int tp) { return c->vocab % tp == 0; }
+static const DpShape kShapes[] = {{8, 1, 129280}, {64, 1, 129280}, {1024, 1, 129280},
+                                  {8, 1, 152064}, {64, 1, 152064}, {1024, 1, 152064}};
 
 static const char* const kAliases[] = {"sample", NULL};
 
-#define SMP_OP(NAME)                                                                      \
-  {                                                                                       \
-    .name = NAME, .aliases = kAliases, .add_cases = addCases, .valid = valid,             \
-    .bytes = bytes, .host_init = hostInit, .host_free = hostFree, .setup = setup,         \
-    .fill = fill, .run = run, .check = check, .teardown = teardown, .hbm = 1,             \
-    .note = note,                                                                         \
-  }
-
-/* The references first: the members' notes divide by their times. */
+/* sample_argmax and sample_topk50 first: the other members' notes divide by
+ * their times. */
 const DpOp dpOpSample[DP_SAMPLE_OPS] = {
-    SMP_OP("sample_argmax"), SMP_OP("sample_topk50"), SMP_OP("sample_greedy"),
-    SMP_OP("sample_t"),      SMP_OP("sample_t_lp"),   SMP_OP("sample_kp"),
-    SMP_OP("sample_kp_lp"),  SMP_OP("sample_p"),      SMP_OP("sample_p_lp"),
-    SMP_OP("sample_p_flat"), SMP_OP("sample_minp"),
+    DP_FAMILY_OP("sample_argmax", NULL), DP_FAMILY_OP("sample_topk50", NULL),
+    DP_FAMILY_OP("sample_greedy", NULL), DP_FAMILY_OP("sample_t", NULL),
+    DP_FAMILY_OP("sample_t_lp", NULL), DP_FAMILY_OP("sample_kp", NULL),
+    DP_FAMILY_OP("sample_kp_lp", NULL), DP_FAMILY_OP("sample_p", NULL),
+    DP_FAMILY_OP("sample_p_lp", NULL), DP_FAMILY_OP("sample_p_flat", NULL),
+    DP_FAMILY_OP("sample_minp", NULL),
 };

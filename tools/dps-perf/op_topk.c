@@ -4,8 +4,8 @@
  * argmax. */
 #include "select_case.h"
 
-static int setup(const DpCase* c, int tp, void** bufs, DpLocal* l) {
-  return dpSelSetup(c, tp, bufs, l, DP_TOPK_K);
+static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
+  return dpSelSetup(c, h, b, l, DP_TOPK_K);
 }
 
 const DpOp dpOpTopk = DP_SELECT_OP("topk", setup);

@@ -82,246 +82,131 @@
 #define VFY_T 0.7f   /* temperature of the sampling cases */
 #define VFY_REF "verify_ref_"
 
-enum { KIND_ARGMAX, KIND_SAMPLE, KIND_VERIFY };
-
-typedef struct {
-  int kind;
-  float temperature;
-  int top_k;       /* 0: no array */
-  float top_p;     /* 1: no array */
-  int logprobs;
-  const char* ref; /* the member the note divides by (NULL: none) */
-  int scalar_t;    /* the verify call passes T as the scalar (the references keep arrays) */
-} Variant;
-
 /* In the order of dpOpVerify[] below. */
-static const Variant kVariants[DP_VERIFY_OPS] = {
-    {KIND_ARGMAX, 0.0f, 0, 1.0f, 0, NULL, 0},                           /* verify_ref_argmax */
-    {KIND_SAMPLE, VFY_T, 0, 1.0f, 0, NULL, 0},                          /* verify_ref_sample_t */
-    {KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0, NULL, 0},                     /* verify_ref_sample */
-    {KIND_VERIFY, 0.0f, 0, 1.0f, 0, VFY_REF "argmax", 0},               /* verify_greedy */
-    {KIND_VERIFY, 0.0f, 0, 1.0f, 0, VFY_REF "argmax", 1},            /* verify_greedy_scalar */
-    {KIND_VERIFY, VFY_T, 0, 1.0f, 0, VFY_REF "sample_t", 0},            /* verify_t */
-    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0, VFY_REF "sample", 0},         /* verify_kp */
-    {KIND_VERIFY, VFY_T, VFY_K, VFY_P, 1, VFY_REF "sample", 0},         /* verify_kp_lp */
+static const DpVariant kVariants[DP_VERIFY_OPS] = {
+    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t */
+    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},                   /* verify_ref_argmax */
+    {DP_KIND_SAMPLE, VFY_T, 0, 1.0f, 0.0f, 0, 0, NULL, 0}, /* verify_ref_sample_t */
+    {DP_KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, NULL, 0},             /* verify_ref_sample */
+    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 0},       /* verify_greedy */
+    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 1}, /* verify_greedy_scalar */
+    {DP_KIND_VERIFY, VFY_T, 0, 1.0f, 0.0f, 0, 0, VFY_REF "sample_t", 0},    /* verify_t */
+    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, VFY_REF "sample", 0}, /* verify_kp */
+    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 1, 0, VFY_REF "sample", 0}, /* verify_kp_lp */
 };
 
-static const Variant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpVerify]; }
+static const DpVariant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpVerify]; }
 
-/* ---- host inputs: the shards and the host argmax / logsumexp of every row ---------- */
+/* ---- host inputs: the shards, the host argmax / logsumexp of every row,
+ * the parameter arrays ------------------------------------------------------------ */
 
-typedef struct {
-  void* in[2]; /* this rank's shard [rows, V/tp] of steps 1 and 2 */
-  size_t in_bytes;
-  int64_t* amax_idx[2]; /* [rows] */
-  float* amax_val[2];
-  double* lse[2];
-} HostIn;
+/* The parameter arrays (host inputs 1..5, after the shard) hold pad_bs + rows
+ * entries: request b at [b] (the verify's), row b*N + j at [pad_bs + b*N + j]
+ * (the references' and prepare's), in one allocation per parameter. */
+enum { IN_TEMPS = 1, IN_TOPKS, IN_TOPPS, IN_SEEDS, IN_OFFSETS };
 
-static void hostFree(void* p) {
-  HostIn* h = (HostIn*)p;
-  for (int k = 0; k < 2; ++k) {
-    free(h->in[k]);
-    free(h->amax_idx[k]);
-    free(h->amax_val[k]);
-    free(h->lse[k]);
-  }
-  free(h);
-}
-
-static int hostInit(const DpCase* c, int rank, int tp, void** out) {
-  HostIn* h = (HostIn*)calloc(1, sizeof *h);
-  if (!h) return 1;
-  const int64_t rows = (int64_t)c->pad_bs * c->n;
-  const size_t r = (size_t)rows;
-  h->in_bytes = r * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
-  float* row = (float*)malloc((size_t)c->vocab * sizeof(float));
-  int ok = row != NULL;
-  for (int k = 0; k < 2 && ok; ++k) {
-    h->in[k] = malloc(h->in_bytes);
-    h->amax_idx[k] = (int64_t*)malloc(r * 8);
-    h->amax_val[k] = (float*)malloc(r * 4);
-    h->lse[k] = (double*)malloc(r * 8);
-    ok = h->in[k] && h->amax_idx[k] && h->amax_val[k] && h->lse[k];
-  }
-  for (int k = 0; k < 2 && ok; ++k)
-    for (int64_t i = 0; i < rows; ++i) {
-      dpSelRow(c, rank, tp, i, k + 1, row, h->in[k]);
-      fxRefArgmax(row, c->vocab, &h->amax_idx[k][i], &h->amax_val[k][i], &h->lse[k][i]);
-    }
-  free(row);
-  if (!ok) {
-    hostFree(h);
+static int hostInit(const DpCase* c, int rank, int tp, DpHost* h) {
+  const DpVariant* v = variantOf(c);
+  if (dpSelHostRows(c, rank, tp, h, 0)) return 1;
+  const size_t q = (size_t)c->pad_bs, rows = q * (size_t)c->n, pr = q + rows;
+  if (dpHostIn(h, pr * 4, 1) != IN_TEMPS || dpHostIn(h, pr * 4, 1) != IN_TOPKS ||
+      dpHostIn(h, pr * 4, 1) != IN_TOPPS || dpHostIn(h, pr * 8, 1) != IN_SEEDS ||
+      dpHostIn(h, pr * 8, 1) != IN_OFFSETS)
     return 1;
+  for (int k = 0; k < 2; ++k) {
+    const int step = k + 1;
+    float* temps = (float*)h->in[IN_TEMPS].step[k];
+    int32_t* topks = (int32_t*)h->in[IN_TOPKS].step[k];
+    float* topps = (float*)h->in[IN_TOPPS].step[k];
+    uint64_t* seeds = (uint64_t*)h->in[IN_SEEDS].step[k];
+    uint64_t* offsets = (uint64_t*)h->in[IN_OFFSETS].step[k];
+    /* entry `at`: request `req`'s parameters at `step`, drawing at its
+     * position j (j = 0 for the request's own entry) */
+    for (size_t at = 0; at < pr; ++at) {
+      const size_t req = at < q ? at : (at - q) / (size_t)c->n;
+      const size_t j = at < q ? 0 : (at - q) % (size_t)c->n;
+      temps[at] = v->temperature;
+      topks[at] = v->top_k;
+      topps[at] = v->top_p;
+      seeds[at] = (uint64_t)req;
+      offsets[at] = 1000u + (uint64_t)req + (uint64_t)(step - 1) * (uint64_t)c->n + (uint64_t)j;
+    }
   }
-  *out = h;
   return 0;
 }
 
 /* ---- device buffers ------------------------------------------------------------------ */
 
-/* The parameter arrays hold pad_bs + rows entries: request b at [b] (the
- * verify's), row b*N + j at [pad_bs + b*N + j] (the references' and
- * prepare's), in one allocation per parameter. */
 typedef struct {
-  float* temps;
-  int32_t* topks;
-  float* topps;
-  uint64_t* seeds;
-  uint64_t* offsets;
-} Params;
-
-typedef struct {
-  const Variant* v;
+  const DpVariant* v;
   int pad_bs, n;
-  size_t rows, es, in_bytes;
-  void* in_d;
-  int64_t* tok_d;  /* the references' tokens / indices [rows] */
-  void* val_d;     /* verify_ref_argmax's values [rows] */
-  int64_t* pre_d;  /* prepare's tokens [rows] */
-  int32_t* cand_d; /* [pad_bs, N] */
-  Params prm_d, prm_h;
+  size_t rows;
+  void* in;
+  DpOut tok;     /* int64: the references' tokens / indices [rows] */
+  DpOut val;     /* verify_ref_argmax's values [rows] */
+  int64_t* pre;  /* prepare's tokens [rows] */
+  int32_t* cand; /* [pad_bs, N] */
   dpsSampleParams_t per_req, per_row;
   /* the library's outputs (persistent; set by run) */
   int32_t* predict;
   int32_t* accept_index;
   int32_t* accept_length;
   float* logprobs;
-  /* host */
-  int64_t* tok_h;
-  void* val_h;
+  /* host copies of the outputs */
+  const int32_t *predict_h, *accept_index_h, *accept_length_h;
+  const float* lp_h;
+  /* host scratch */
   int64_t* t_h;    /* prepare's tokens of the current step */
   int32_t* cand_h;
   int32_t* want;   /* the host walk: predict [rows], accept_index [rows], accept_length [pad_bs] */
-  int32_t* got;    /* the library's, same layout */
-  float* lp_h;
   double accepted; /* mean accept_length of the current step's drafts */
-  const HostIn* host; /* set by fill */
-} Bufs;
+} Member;
 
-static void freeParams(Params* p, int device) {
-  void* a[] = {p->temps, p->topks, p->topps, p->seeds, p->offsets};
-  for (size_t i = 0; i < sizeof a / sizeof a[0]; ++i) {
-    if (device) cudaFree(a[i]);
-    else free(a[i]);
+static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
+  Member* x = (Member*)b->op;
+  const DpVariant* v = variantOf(c);
+  x->v = v;
+  x->pad_bs = c->pad_bs;
+  x->n = c->n;
+  x->rows = (size_t)c->pad_bs * (size_t)c->n;
+  const size_t r = x->rows, q = (size_t)c->pad_bs;
+  x->in = dpDevIn(b, h, 0, l);
+  if (v->kind != DP_KIND_VERIFY) x->tok = dpDevOut(b, r * 8, 0xab, l);
+  if (v->kind == DP_KIND_ARGMAX) x->val = dpDevOut(b, r * dpsDataTypeSize(c->dtype), -1, l);
+  x->pre = (int64_t*)dpDevTmp(b, r * 8, l);
+  x->cand = (int32_t*)dpDevTmp(b, r * 4, l);
+  const float* temps = (const float*)dpDevIn(b, h, IN_TEMPS, l);
+  const int32_t* topks = (const int32_t*)dpDevIn(b, h, IN_TOPKS, l);
+  const float* topps = (const float*)dpDevIn(b, h, IN_TOPPS, l);
+  const uint64_t* seeds = (const uint64_t*)dpDevIn(b, h, IN_SEEDS, l);
+  const uint64_t* offsets = (const uint64_t*)dpDevIn(b, h, IN_OFFSETS, l);
+  if (v->kind == DP_KIND_VERIFY) {
+    x->predict_h = (const int32_t*)dpLibOut(b, &x->predict, r * 4, l);
+    x->accept_index_h = (const int32_t*)dpLibOut(b, &x->accept_index, r * 4, l);
+    x->accept_length_h = (const int32_t*)dpLibOut(b, &x->accept_length, q * 4, l);
+    if (v->logprobs) x->lp_h = (const float*)dpLibOut(b, &x->logprobs, r * 4, l);
   }
-}
-
-static void teardown(void* p) {
-  Bufs* b = (Bufs*)p;
-  cudaFree(b->in_d);
-  cudaFree(b->tok_d);
-  cudaFree(b->val_d);
-  cudaFree(b->pre_d);
-  cudaFree(b->cand_d);
-  freeParams(&b->prm_d, 1);
-  freeParams(&b->prm_h, 0);
-  free(b->tok_h);
-  free(b->val_h);
-  free(b->t_h);
-  free(b->cand_h);
-  free(b->want);
-  free(b->got);
-  free(b->lp_h);
-  free(b);
-}
-
-static int setup(const DpCase* c, int tp, void** out, DpLocal* l) {
-  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
-  if (!b) return 1;
-  *out = b;
-  const Variant* v = variantOf(c);
-  b->v = v;
-  b->pad_bs = c->pad_bs;
-  b->n = c->n;
-  b->rows = (size_t)c->pad_bs * (size_t)c->n;
-  b->es = dpsDataTypeSize(c->dtype);
-  b->in_bytes = b->rows * (size_t)(c->vocab / tp) * b->es;
-  const size_t r = b->rows, q = (size_t)c->pad_bs, pr = q + r, outs = 2 * r + q;
-  DP_TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->tok_d, r * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc(&b->val_d, r * b->es), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->pre_d, r * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->cand_d, r * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->prm_d.temps, pr * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->prm_d.topks, pr * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->prm_d.topps, pr * 4), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->prm_d.seeds, pr * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->prm_d.offsets, pr * 8), fail);
-  if (!(b->prm_h.temps = (float*)dpHostAlloc(l, pr * 4, 0)) ||
-      !(b->prm_h.topks = (int32_t*)dpHostAlloc(l, pr * 4, 0)) ||
-      !(b->prm_h.topps = (float*)dpHostAlloc(l, pr * 4, 0)) ||
-      !(b->prm_h.seeds = (uint64_t*)dpHostAlloc(l, pr * 8, 0)) ||
-      !(b->prm_h.offsets = (uint64_t*)dpHostAlloc(l, pr * 8, 0)) ||
-      !(b->tok_h = (int64_t*)dpHostAlloc(l, r * 8, 0)) ||
-      !(b->val_h = dpHostAlloc(l, r * b->es, 0)) ||
-      !(b->t_h = (int64_t*)dpHostAlloc(l, r * 8, 0)) ||
-      !(b->cand_h = (int32_t*)dpHostAlloc(l, r * 4, 0)) ||
-      !(b->want = (int32_t*)dpHostAlloc(l, outs * 4, 0)) ||
-      !(b->got = (int32_t*)dpHostAlloc(l, outs * 4, 0)) ||
-      !(b->lp_h = (float*)dpHostAlloc(l, r * 4, 0)))
-    return 1;
+  x->t_h = (int64_t*)dpMem(b, r * 8, l);
+  x->cand_h = (int32_t*)dpMem(b, r * 4, l);
+  x->want = (int32_t*)dpMem(b, (2 * r + q) * 4, l);
+  if (l->status != DP_OK) return 1;
   /* per request: the arrays' first pad_bs entries; per row: the rest */
   for (int k = 0; k < 2; ++k) {
     dpsSampleParams_t prm = DPS_SAMPLE_PARAMS_INITIALIZER;
     const size_t at = k ? q : 0;
-    prm.temperatures = b->prm_d.temps + at;
-    prm.seeds = b->prm_d.seeds + at;
-    prm.offsets = b->prm_d.offsets + at;
-    if (v->top_k > 0) prm.top_ks = b->prm_d.topks + at;
-    if (v->top_p < 1.0f) prm.top_ps = b->prm_d.topps + at;
+    prm.temperatures = temps + at;
+    prm.seeds = seeds + at;
+    prm.offsets = offsets + at;
+    if (v->top_k > 0) prm.top_ks = topks + at;
+    if (v->top_p < 1.0f) prm.top_ps = topps + at;
     if (!k && v->scalar_t) {
       prm.temperatures = NULL;
       prm.temperature = v->temperature;
     }
-    if (k) b->per_row = prm;
-    else b->per_req = prm;
+    if (k) x->per_row = prm;
+    else x->per_req = prm;
   }
   return 0;
-fail:
-  return 1;
-}
-
-/* Entry `at` of the host arrays: request `req`'s parameters at `step`, drawing
- * at its position j (j = 0 for the request's own entry). */
-static void putParams(Bufs* b, size_t at, int req, int step, int j) {
-  b->prm_h.temps[at] = b->v->temperature;
-  b->prm_h.topks[at] = b->v->top_k;
-  b->prm_h.topps[at] = b->v->top_p;
-  b->prm_h.seeds[at] = (uint64_t)req;
-  b->prm_h.offsets[at] =
-      1000u + (uint64_t)req + (uint64_t)(step - 1) * (uint64_t)b->n + (uint64_t)j;
-}
-
-static int fill(const DpCase* c, void* p, const void* hp, int tp, int step, cudaStream_t s,
-                DpLocal* l) {
-  (void)c;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const HostIn* h = (const HostIn*)hp;
-  const size_t q = (size_t)b->pad_bs, pr = q + b->rows;
-  b->host = h;
-  for (int i = 0; i < b->pad_bs; ++i) putParams(b, (size_t)i, i, step, 0);
-  for (size_t r = 0; r < b->rows; ++r)
-    putParams(b, q + r, (int)(r / (size_t)b->n), step, (int)(r % (size_t)b->n));
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->in_d, h->in[step - 1], b->in_bytes, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->prm_d.temps, b->prm_h.temps, pr * 4, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->prm_d.topks, b->prm_h.topks, pr * 4, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->prm_d.topps, b->prm_h.topps, pr * 4, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->prm_d.seeds, b->prm_h.seeds, pr * 8, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->prm_d.offsets, b->prm_h.offsets, pr * 8,
-                                 cudaMemcpyHostToDevice, s),
-              fail);
-  /* outputs a call did not write show up as wrong (an invalid index) */
-  DP_TRY_CUDA(l, cudaMemsetAsync(b->tok_d, 0xab, b->rows * 8, s), fail);
-  return 0;
-fail:
-  return 1;
 }
 
 /* Drafts of request q at `step` (header): cut = N, every draft matches;
@@ -333,172 +218,134 @@ static int cutOf(int q, int step, int n) {
 
 /* The rows' tokens t by dpsSample (the references' and verify's draws), and
  * for verify the drafts and the host walk over them. */
-static int prepare(const DpCase* c, dpsComm_t comm, void* p, int tp, int step, cudaStream_t s,
+static int prepare(const DpCase* c, dpsComm_t comm, void* op, int tp, int step, cudaStream_t s,
                    DpLocal* l) {
-  Bufs* b = (Bufs*)p;
-  if (b->v->kind == KIND_ARGMAX) return 0;
-  const int64_t V = c->vocab, rows = (int64_t)b->rows;
-  const int n = b->n;
-  DP_TRY_DPS(l, dpsSample(comm, b->in_d, rows, V / tp, c->dtype, V, &b->per_row, b->pre_d, NULL, s),
+  Member* x = (Member*)op;
+  if (x->v->kind == DP_KIND_ARGMAX) return 0;
+  const int64_t V = c->vocab, rows = (int64_t)x->rows;
+  const int n = x->n;
+  DP_TRY_DPS(l, dpsSample(comm, x->in, rows, V / tp, c->dtype, V, &x->per_row, x->pre, NULL, s),
              fail);
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->t_h, b->pre_d, b->rows * 8, cudaMemcpyDeviceToHost, s), fail);
+  DP_TRY_CUDA(l, cudaMemcpyAsync(x->t_h, x->pre, x->rows * 8, cudaMemcpyDeviceToHost, s), fail);
   DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
   for (int64_t r = 0; r < rows; ++r)
-    if (b->t_h[r] < 0 || b->t_h[r] >= V) {
+    if (x->t_h[r] < 0 || x->t_h[r] >= V) {
       dpSetLocal(l, DP_ERR, "prepare: dpsSample gave row %lld the token %lld (V = %lld)",
-                 (long long)r, (long long)b->t_h[r], (long long)V);
+                 (long long)r, (long long)x->t_h[r], (long long)V);
       return 1;
     }
-  if (b->v->kind != KIND_VERIFY) return 0;
+  if (x->v->kind != DP_KIND_VERIFY) return 0;
   long long total = 0;
-  for (int q = 0; q < b->pad_bs; ++q) {
-    const int64_t* t = b->t_h + (size_t)q * n;
-    int32_t* cand = b->cand_h + (size_t)q * n;
+  for (int q = 0; q < x->pad_bs; ++q) {
+    const int64_t* t = x->t_h + (size_t)q * n;
+    int32_t* cand = x->cand_h + (size_t)q * n;
     const int cut = cutOf(q, step, n);
     cand[0] = (int32_t)t[0];
     for (int i = 1; i < n; ++i) cand[i] = (int32_t)(i == cut ? (t[i - 1] + 1) % V : t[i - 1]);
   }
-  int32_t* want_al = b->want + 2 * b->rows;
-  if (fxRefVerifyChain(b->cand_h, b->t_h, b->pad_bs, n, b->want, b->want + b->rows, want_al) != 0) {
+  int32_t* want_al = x->want + 2 * x->rows;
+  if (fxRefVerifyChain(x->cand_h, x->t_h, x->pad_bs, n, x->want, x->want + x->rows, want_al)) {
     dpSetLocal(l, DP_ERR, "prepare: fxRefVerifyChain rejected the drafts");
     return 1;
   }
-  for (int q = 0; q < b->pad_bs; ++q) total += want_al[q];
-  b->accepted = (double)total / b->pad_bs;
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->cand_d, b->cand_h, b->rows * 4, cudaMemcpyHostToDevice, s),
+  for (int q = 0; q < x->pad_bs; ++q) total += want_al[q];
+  x->accepted = (double)total / x->pad_bs;
+  DP_TRY_CUDA(l, cudaMemcpyAsync(x->cand, x->cand_h, x->rows * 4, cudaMemcpyHostToDevice, s),
               fail);
   return 0;
 fail:
   return 1;
 }
 
-static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStream_t s) {
-  Bufs* b = (Bufs*)p;
-  const int64_t rows = (int64_t)b->rows, vl = c->vocab / tp;
-  switch (b->v->kind) {
-    case KIND_ARGMAX:
-      return dpsArgmax(comm, b->in_d, rows, vl, c->dtype, c->vocab, b->val_d, b->tok_d, NULL, s);
-    case KIND_SAMPLE:
-      return dpsSample(comm, b->in_d, rows, vl, c->dtype, c->vocab, &b->per_row, b->tok_d, NULL, s);
-    default:
-      return dpsVerifyChain(comm, b->in_d, rows, vl, c->dtype, c->vocab, b->pad_bs, b->cand_d,
-                            &b->per_req, NULL, 0.0f, &b->predict, &b->accept_index,
-                            &b->accept_length, b->v->logprobs ? &b->logprobs : NULL, s);
-  }
+static dpsResult_t run(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s) {
+  Member* x = (Member*)op;
+  const int64_t rows = (int64_t)x->rows, vl = c->vocab / tp;
+  if (x->v->kind == DP_KIND_ARGMAX)
+    return dpSelCall(c, comm, x->in, x->rows, tp, 0, x->val.dev, (int64_t*)x->tok.dev, NULL, s);
+  if (x->v->kind == DP_KIND_SAMPLE)
+    return dpsSample(comm, x->in, rows, vl, c->dtype, c->vocab, &x->per_row, (int64_t*)x->tok.dev,
+                     NULL, s);
+  return dpsVerifyChain(comm, x->in, rows, vl, c->dtype, c->vocab, x->pad_bs, x->cand, &x->per_req,
+                        NULL, 0.0f, &x->predict, &x->accept_index, &x->accept_length,
+                        x->v->logprobs ? &x->logprobs : NULL, s);
 }
 
 /* ---- check ---------------------------------------------------------------------------- */
 
 /* 1 when request q's outputs differ from the host walk (or its logprobs from
  * the rows'). */
-static int wrongRequest(const DpCase* c, const Bufs* b, int k, int q) {
-  const size_t n = (size_t)b->n, r0 = (size_t)q * n, R = b->rows;
-  const int32_t* w = b->want;
-  const int32_t* g = b->got;
-  if (memcmp(g + r0, w + r0, n * 4) || memcmp(g + R + r0, w + R + r0, n * 4) ||
-      g[2 * R + (size_t)q] != w[2 * R + (size_t)q])
+static int wrongRequest(const DpCase* c, const Member* x, const DpSelHost* ref, int k, int q) {
+  const size_t n = (size_t)x->n, r0 = (size_t)q * n, R = x->rows;
+  const int32_t* w = x->want;
+  if (memcmp(x->predict_h + r0, w + r0, n * 4) ||
+      memcmp(x->accept_index_h + r0, w + R + r0, n * 4) ||
+      x->accept_length_h[q] != w[2 * R + (size_t)q])
     return 1;
-  if (!b->v->logprobs) return 0;
+  if (!x->v->logprobs) return 0;
   for (size_t j = 0; j < n; ++j) {
-    const float lp = b->lp_h[r0 + j];
+    const float lp = x->lp_h[r0 + j];
     if ((int32_t)j >= w[2 * R + (size_t)q]) {
       if (lp != 0.0f) return 1;
       continue;
     }
     const int64_t row = (int64_t)(r0 + j);
-    const double want = (double)dpSelValue(row, w[r0 + j], k + 1, c->dtype) - b->host->lse[k][row];
+    const double want = (double)dpSelValue(row, w[r0 + j], k + 1, c->dtype) - ref->lse[k][row];
     if (!(fabs((double)lp - want) <= 1e-4 * fmax(1.0, fabs(want)))) return 1;
   }
   return 0;
 }
 
-static long long check(const DpCase* c, void* p, int rank, int tp, int step, cudaStream_t s,
-                       DpLocal* l) {
-  (void)rank;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const HostIn* h = b->host;
-  const int k = step - 1;
-  const size_t R = b->rows, Q = (size_t)b->pad_bs;
+static long long check(const DpCheck* k) {
+  const Member* x = (const Member*)k->op;
+  const DpSelHost* ref = (const DpSelHost*)k->ref;
+  const int s = k->step - 1;
   long long wrong = 0;
-  DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
-  if (b->v->kind != KIND_VERIFY) {
-    DP_TRY_CUDA(l, cudaMemcpy(b->tok_h, b->tok_d, R * 8, cudaMemcpyDeviceToHost), fail);
-    if (b->v->kind == KIND_ARGMAX)
-      DP_TRY_CUDA(l, cudaMemcpy(b->val_h, b->val_d, R * b->es, cudaMemcpyDeviceToHost), fail);
-    for (size_t r = 0; r < R; ++r)
-      wrong += b->v->kind == KIND_SAMPLE
-                   ? b->tok_h[r] != b->t_h[r]
-                   : b->tok_h[r] != h->amax_idx[k][r] ||
-                         !(fxLoad(b->val_h, r, c->dtype) == h->amax_val[k][r]);
+  if (x->v->kind == DP_KIND_ARGMAX)
+    return dpWrongRefRows(k->c, (const int64_t*)x->tok.host, x->val.host, x->rows, 1,
+                          ref->amax_idx[s], ref->amax_val[s], 1);
+  if (x->v->kind == DP_KIND_SAMPLE) {
+    const int64_t* tok = (const int64_t*)x->tok.host;
+    for (size_t r = 0; r < x->rows; ++r) wrong += tok[r] != x->t_h[r];
     return wrong;
   }
-  if (!b->predict || !b->accept_index || !b->accept_length || (b->v->logprobs && !b->logprobs)) {
-    dpSetLocal(l, DP_ERR, "dpsVerifyChain returned a NULL output pointer");
-    return 0;
-  }
-  DP_TRY_CUDA(l, cudaMemcpy(b->got, b->predict, R * 4, cudaMemcpyDeviceToHost), fail);
-  DP_TRY_CUDA(l, cudaMemcpy(b->got + R, b->accept_index, R * 4, cudaMemcpyDeviceToHost), fail);
-  DP_TRY_CUDA(l, cudaMemcpy(b->got + 2 * R, b->accept_length, Q * 4, cudaMemcpyDeviceToHost),
-              fail);
-  if (b->v->logprobs)
-    DP_TRY_CUDA(l, cudaMemcpy(b->lp_h, b->logprobs, R * 4, cudaMemcpyDeviceToHost), fail);
-  for (int q = 0; q < b->pad_bs; ++q) wrong += wrongRequest(c, b, k, q);
-  if (b->v->temperature == 0.0f)
-    for (size_t r = 0; r < R; ++r) wrong += b->t_h[r] != h->amax_idx[k][r];
+  for (int q = 0; q < x->pad_bs; ++q) wrong += wrongRequest(k->c, x, ref, s, q);
+  if (x->v->temperature == 0.0f)
+    for (size_t r = 0; r < x->rows; ++r) wrong += x->t_h[r] != ref->amax_idx[s][r];
   return wrong;
-fail:
-  return 0;
 }
 
 /* ---- note: ratios to the references ------------------------------------------------------ */
 
-static size_t bytes(const DpCase* c, int tp) {
-  return (size_t)c->pad_bs * (size_t)c->n * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
-}
-
-static long long note(const DpCase* c, dpsComm_t comm, void* p, int tp, int phase,
+static long long note(const DpCase* c, dpsComm_t comm, void* op, int tp, int phase,
                       const DpRow* row, char* out, size_t len, DpLocal* l) {
-  (void)comm;
-  (void)l;
-  const Bufs* b = (const Bufs*)p;
+  (void)comm, (void)l;
+  const Member* x = (const Member*)op;
   if (phase == 0) return 0;
   out[0] = 0;
-  if (row->hbm_peak > 0 && row->us > 0)
-    dpNoteAppend(out, len, "read x%.2f",
-                 row->us / ((double)bytes(c, tp) / (row->hbm_peak * 1e3)));
-  if (b->v->kind != KIND_VERIFY) return 0;
-  const double ref = dpRowTime(b->v->ref, c, row->backend);
+  dpNoteRead(c, tp, row, out, len);
+  if (x->v->kind != DP_KIND_VERIFY) return 0;
+  const double ref = dpRowTime(x->v->ref, c, row->backend);
   if (ref > 0)
-    dpNoteAppend(out, len, " | %s x%.2f (%+.2f us)", b->v->ref + strlen(VFY_REF), row->us / ref,
+    dpNoteAppend(out, len, " | %s x%.2f (%+.2f us)", x->v->ref + strlen(VFY_REF), row->us / ref,
                  row->us - ref);
-  dpNoteAppend(out, len, " | accept_length %.2f of %d", b->accepted, b->n);
+  dpNoteAppend(out, len, " | accept_length %.2f of %d", x->accepted, x->n);
   return 0;
 }
 
 /* ---- cases ---------------------------------------------------------------------------------- */
 
-static void addCases(const DpOp* self, const DpCaseArgs* a) {
-  static const DpShape kShapes[] = {{8, 4, 152064}, {64, 4, 152064}, {256, 4, 152064}};
-  dpAddShapeCases(self, a, kShapes, (int)(sizeof kShapes / sizeof kShapes[0]));
-}
-
-/* every rank holds every row: only the vocabulary is cut */
-static int valid(const DpCase* c, int tp) { return c->vocab % tp == 0; }
+static const DpShape kShapes[] = {{8, 4, 152064}, {64, 4, 152064}, {256, 4, 152064}};
 
 static const char* const kAliases[] = {"verify", NULL};
 
-#define VFY_OP(NAME)                                                                      \
-  {                                                                                       \
-    .name = NAME, .aliases = kAliases, .add_cases = addCases, .valid = valid,             \
-    .bytes = bytes, .host_init = hostInit, .host_free = hostFree, .setup = setup,         \
-    .fill = fill, .run = run, .check = check, .teardown = teardown, .hbm = 1,             \
-    .note = note, .prepare = prepare,                                                     \
-  }
-
-/* The references first: the members' notes divide by their times. */
+/* The verify_ref_* members first: verify_*'s notes divide by their times. */
 const DpOp dpOpVerify[DP_VERIFY_OPS] = {
-    VFY_OP("verify_ref_argmax"), VFY_OP("verify_ref_sample_t"), VFY_OP("verify_ref_sample"),
-    VFY_OP("verify_greedy"),     VFY_OP("verify_greedy_scalar"), VFY_OP("verify_t"),
-    VFY_OP("verify_kp"),         VFY_OP("verify_kp_lp"),
+    DP_FAMILY_OP("verify_ref_argmax", prepare),
+    DP_FAMILY_OP("verify_ref_sample_t", prepare),
+    DP_FAMILY_OP("verify_ref_sample", prepare),
+    DP_FAMILY_OP("verify_greedy", prepare),
+    DP_FAMILY_OP("verify_greedy_scalar", prepare),
+    DP_FAMILY_OP("verify_t", prepare),
+    DP_FAMILY_OP("verify_kp", prepare),
+    DP_FAMILY_OP("verify_kp_lp", prepare),
 };

@@ -10,69 +10,21 @@
 
 #include "fixtures.h"
 
-/* Inputs of steps 1 and 2 and their expected results (computed once: the
- * reference over 1024 full rows is too slow to repeat for every check). */
-typedef struct {
-  void* in[2];
-  size_t in_bytes;
-  int64_t* want_idx[2]; /* [rows][DP_TOPK_K] (argmax: column 0) */
-  float* want_val[2];
-  double* want_lse[2];
-  int64_t* amax_idx[2];
-  float* amax_val[2];
-} HostIn;
-
-typedef struct {
-  int k;   /* 0 argmax, -1 argmax + logsumexp, else top-k */
-  void* in_d;
-  int64_t* idx_d;
-  void* val_d;
-  float* lse_d;
-  size_t in_bytes, rows, es;
-  int64_t* idx_h;
-  void* val_h;
-  float* lse_h;
-  const HostIn* host; /* set by fill */
-} Bufs;
-
-void dpAddShapeCases(const DpOp* self, const DpCaseArgs* a, const DpShape* defaults,
-                     int ndefaults) {
-  const DpShape* list = a->shapes ? a->shapes : defaults;
-  const int count = a->shapes ? a->nshapes : ndefaults;
-  for (int i = 0; i < count; ++i) {
-    if (!list[i].vocab) continue;
-    if (a->ndtypes)
-      for (int d = 0; d < a->ndtypes; ++d)
-        dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, a->dtypes[d]);
-    else
-      dpAddCase(self, list[i].pad_bs, list[i].n, list[i].vocab, dpsBfloat16);
-  }
-}
-
-void dpSelAddCases(const DpOp* self, const DpCaseArgs* a) {
-  /* the shapes of the selection targets: rows x V (N = 1), bf16 */
-  static const DpShape kSel[] = {{8, 1, 64640}, {64, 1, 76032}, {256, 1, 76032},
-                                 {1024, 1, 76032}};
-  dpAddShapeCases(self, a, kSel, (int)(sizeof kSel / sizeof kSel[0]));
-}
+/* the shapes of the selection targets: rows x V (N = 1), bf16 */
+const DpShape dpSelShapes[4] = {{8, 1, 64640}, {64, 1, 76032}, {256, 1, 76032}, {1024, 1, 76032}};
 
 int dpSelValid(const DpCase* c, int tp) { return c->pad_bs % tp == 0 && c->vocab % tp == 0; }
+
+int dpValidVocab(const DpCase* c, int tp) { return c->vocab % tp == 0; }
 
 size_t dpSelBytes(const DpCase* c, int tp) {
   return (size_t)c->pad_bs * (size_t)c->n * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype);
 }
 
-void dpSelHostFree(void* p) {
-  HostIn* h = (HostIn*)p;
-  for (int k = 0; k < 2; ++k) {
-    free(h->in[k]);
-    free(h->want_idx[k]);
-    free(h->want_val[k]);
-    free(h->want_lse[k]);
-    free(h->amax_idx[k]);
-    free(h->amax_val[k]);
-  }
-  free(h);
+void dpNoteRead(const DpCase* c, int tp, const DpRow* row, char* out, size_t len) {
+  if (row->hbm_peak > 0 && row->us > 0)
+    dpNoteAppend(out, len, "read x%.2f",
+                 row->us / ((double)dpSelBytes(c, tp) / (row->hbm_peak * 1e3)));
 }
 
 float dpSelValue(int64_t row, int64_t col, int step, dpsDataType_t dtype) {
@@ -88,127 +40,98 @@ void dpSelRow(const DpCase* c, int rank, int tp, int64_t r, int step, float* row
     fxStore(shard, (size_t)(r * vl + j), row[rank * vl + j], c->dtype);
 }
 
-int dpSelHostInit(const DpCase* c, int rank, int tp, void** out) {
-  HostIn* h = (HostIn*)calloc(1, sizeof *h);
-  if (!h) return 1;
-  const int64_t rows = (int64_t)c->pad_bs * c->n, vl = c->vocab / tp;
-  h->in_bytes = (size_t)rows * (size_t)vl * dpsDataTypeSize(c->dtype);
-  float* row = (float*)malloc((size_t)c->vocab * sizeof(float));
+int dpSelHostRows(const DpCase* c, int rank, int tp, DpHost* h, int topk) {
+  const int64_t rows = (int64_t)c->pad_bs * c->n;
+  const size_t r = (size_t)rows;
+  DpSelHost* s = (DpSelHost*)dpHostMem(h, sizeof *s);
+  if (!s || dpHostIn(h, r * (size_t)(c->vocab / tp) * dpsDataTypeSize(c->dtype), 1) != 0)
+    return 1;
+  h->op = s;
   for (int k = 0; k < 2; ++k) {
-    h->in[k] = malloc(h->in_bytes);
-    h->want_idx[k] = (int64_t*)malloc((size_t)rows * DP_TOPK_K * 8);
-    h->want_val[k] = (float*)malloc((size_t)rows * DP_TOPK_K * 4);
-    h->want_lse[k] = (double*)malloc((size_t)rows * 8);
-    h->amax_idx[k] = (int64_t*)malloc((size_t)rows * 8);
-    h->amax_val[k] = (float*)malloc((size_t)rows * 4);
-    if (!row || !h->in[k] || !h->want_idx[k] || !h->want_val[k] || !h->want_lse[k] ||
-        !h->amax_idx[k] || !h->amax_val[k]) {
-      free(row);
-      dpSelHostFree(h);
-      return 1;
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      dpSelRow(c, rank, tp, r, k + 1, row, h->in[k]);
-      fxRefArgmax(row, c->vocab, &h->amax_idx[k][r], &h->amax_val[k][r], &h->want_lse[k][r]);
-      fxRefTopK(row, c->vocab, DP_TOPK_K, h->want_idx[k] + r * DP_TOPK_K,
-                h->want_val[k] + r * DP_TOPK_K);
+    s->amax_idx[k] = (int64_t*)dpHostMem(h, r * 8);
+    s->amax_val[k] = (float*)dpHostMem(h, r * 4);
+    s->lse[k] = (double*)dpHostMem(h, r * 8);
+    if (!s->amax_idx[k] || !s->amax_val[k] || !s->lse[k]) return 1;
+    if (topk) {
+      s->want_idx[k] = (int64_t*)dpHostMem(h, r * DP_TOPK_K * 8);
+      s->want_val[k] = (float*)dpHostMem(h, r * DP_TOPK_K * 4);
+      if (!s->want_idx[k] || !s->want_val[k]) return 1;
     }
   }
-  free(row);
-  *out = h;
-  return 0;
-}
-
-int dpSelSetup(const DpCase* c, int tp, void** out, DpLocal* l, int k) {
-  Bufs* b = (Bufs*)dpHostAlloc(l, sizeof *b, 1);
-  if (!b) return 1;
-  *out = b;
-  b->k = k;
-  b->rows = (size_t)c->pad_bs * (size_t)c->n;
-  b->es = dpsDataTypeSize(c->dtype);
-  b->in_bytes = b->rows * (size_t)(c->vocab / tp) * b->es;
-  const size_t per = (size_t)(k > 0 ? k : 1);
-  DP_TRY_CUDA(l, cudaMalloc(&b->in_d, b->in_bytes), fail);
-  DP_TRY_CUDA(l, cudaMalloc((void**)&b->idx_d, b->rows * per * 8), fail);
-  DP_TRY_CUDA(l, cudaMalloc(&b->val_d, b->rows * per * b->es), fail);
-  if (k < 0) DP_TRY_CUDA(l, cudaMalloc((void**)&b->lse_d, b->rows * 4), fail);
-  if (!(b->idx_h = (int64_t*)dpHostAlloc(l, b->rows * per * 8, 0)) ||
-      !(b->val_h = dpHostAlloc(l, b->rows * per * b->es, 0)) ||
-      !(b->lse_h = (float*)dpHostAlloc(l, b->rows * 4, 0)))
-    return 1;
-  return 0;
-fail:
-  return 1;
-}
-
-void dpSelTeardown(void* p) {
-  Bufs* b = (Bufs*)p;
-  cudaFree(b->in_d);
-  cudaFree(b->idx_d);
-  cudaFree(b->val_d);
-  cudaFree(b->lse_d);
-  free(b->idx_h);
-  free(b->val_h);
-  free(b->lse_h);
-  free(b);
-}
-
-int dpSelFill(const DpCase* c, void* p, const void* hp, int tp, int step, cudaStream_t s,
-              DpLocal* l) {
-  (void)c;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const HostIn* h = (const HostIn*)hp;
-  b->host = h;
-  DP_TRY_CUDA(l, cudaMemcpyAsync(b->in_d, h->in[step - 1], b->in_bytes, cudaMemcpyHostToDevice, s),
-              fail);
-  DP_TRY_CUDA(l, cudaMemsetAsync(b->idx_d, 0xab, b->rows * (size_t)(b->k > 0 ? b->k : 1) * 8, s),
-              fail);
-  return 0;
-fail:
-  return 1;
-}
-
-dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* p, int tp, cudaStream_t s) {
-  Bufs* b = (Bufs*)p;
-  if (b->k <= 0)
-    return dpsArgmax(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, c->vocab,
-                     b->val_d, b->idx_d, b->lse_d, s);
-  return dpsTopK(comm, b->in_d, (int64_t)b->rows, c->vocab / tp, c->dtype, b->k, c->vocab,
-                 b->val_d, b->idx_d, s);
-}
-
-long long dpSelCheck(const DpCase* c, void* p, int rank, int tp, int step, cudaStream_t s,
-                     DpLocal* l) {
-  (void)rank;
-  (void)tp;
-  Bufs* b = (Bufs*)p;
-  const size_t per = (size_t)(b->k > 0 ? b->k : 1);
-  DP_TRY_CUDA(l, cudaStreamSynchronize(s), fail);
-  DP_TRY_CUDA(l, cudaMemcpy(b->idx_h, b->idx_d, b->rows * per * 8, cudaMemcpyDeviceToHost), fail);
-  DP_TRY_CUDA(l, cudaMemcpy(b->val_h, b->val_d, b->rows * per * b->es, cudaMemcpyDeviceToHost),
-              fail);
-  if (b->k < 0)
-    DP_TRY_CUDA(l, cudaMemcpy(b->lse_h, b->lse_d, b->rows * 4, cudaMemcpyDeviceToHost), fail);
-  long long wrong = 0;
-  const HostIn* h = b->host;
-  const int k = step - 1;
-  for (size_t r = 0; r < b->rows; ++r) {
-    if (b->k <= 0) {
-      const double wl = h->want_lse[k][r];
-      const float gv = fxLoad(b->val_h, r, c->dtype), gl = b->lse_h[r];
-      const int lok = b->k == 0 || (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
-                      (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
-      wrong += b->idx_h[r] != h->amax_idx[k][r] || !(gv == h->amax_val[k][r]) || !lok;
-    } else {
-      for (int j = 0; j < b->k; ++j) {
-        const float gv = fxLoad(b->val_h, r * per + (size_t)j, c->dtype);
-        wrong += b->idx_h[r * per + (size_t)j] != h->want_idx[k][r * DP_TOPK_K + j] ||
-                 !(gv == h->want_val[k][r * DP_TOPK_K + j]);
-      }
+  float* row = (float*)malloc((size_t)c->vocab * sizeof(float));
+  if (!row) return 1;
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < rows; ++i) {
+      dpSelRow(c, rank, tp, i, k + 1, row, h->in[0].step[k]);
+      fxRefArgmax(row, c->vocab, &s->amax_idx[k][i], &s->amax_val[k][i], &s->lse[k][i]);
+      if (topk)
+        fxRefTopK(row, c->vocab, DP_TOPK_K, s->want_idx[k] + i * DP_TOPK_K,
+                  s->want_val[k] + i * DP_TOPK_K);
     }
+  free(row);
+  return 0;
+}
+
+int dpSelHostInit(const DpCase* c, int rank, int tp, DpHost* h) {
+  return dpSelHostRows(c, rank, tp, h, 1);
+}
+
+int dpSelSetup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l, int k) {
+  DpSel* s = (DpSel*)b->op;
+  s->k = k;
+  s->rows = (size_t)c->pad_bs * (size_t)c->n;
+  const size_t per = (size_t)(k > 0 ? k : 1), es = dpsDataTypeSize(c->dtype);
+  s->in = dpDevIn(b, h, 0, l);
+  s->idx = dpDevOut(b, s->rows * per * 8, 0xab, l);
+  s->val = dpDevOut(b, s->rows * per * es, -1, l);
+  if (k < 0) s->lse = dpDevOut(b, s->rows * 4, -1, l);
+  return l->status != DP_OK;
+}
+
+dpsResult_t dpSelCall(const DpCase* c, dpsComm_t comm, const void* in, size_t rows, int tp,
+                      int k, void* val, int64_t* idx, float* lse, cudaStream_t s) {
+  if (k <= 0)
+    return dpsArgmax(comm, in, (int64_t)rows, c->vocab / tp, c->dtype, c->vocab, val, idx, lse, s);
+  return dpsTopK(comm, in, (int64_t)rows, c->vocab / tp, c->dtype, k, c->vocab, val, idx, s);
+}
+
+dpsResult_t dpSelRun(const DpCase* c, dpsComm_t comm, void* op, int tp, cudaStream_t s) {
+  DpSel* x = (DpSel*)op;
+  return dpSelCall(c, comm, x->in, x->rows, tp, x->k, x->val.dev, (int64_t*)x->idx.dev,
+                   (float*)x->lse.dev, s);
+}
+
+long long dpWrongRefRows(const DpCase* c, const int64_t* idx, const void* val, size_t rows,
+                         size_t per, const int64_t* want_idx, const float* want_val,
+                         size_t stride) {
+  long long wrong = 0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < per; ++j)
+      wrong += idx[r * per + j] != want_idx[r * stride + j] ||
+               !(fxLoad(val, r * per + j, c->dtype) == want_val[r * stride + j]);
+  return wrong;
+}
+
+long long dpSelCheck(const DpCheck* k) {
+  const DpSel* x = (const DpSel*)k->op;
+  const DpSelHost* w = (const DpSelHost*)k->ref;
+  const int s = k->step - 1;
+  if (x->k > 0)
+    return dpWrongRefRows(k->c, (const int64_t*)x->idx.host, x->val.host, x->rows, (size_t)x->k,
+                          w->want_idx[s], w->want_val[s], DP_TOPK_K);
+  const size_t es = dpsDataTypeSize(k->c->dtype);
+  const int64_t* idx = (const int64_t*)x->idx.host;
+  const char* val = (const char*)x->val.host;
+  const float* lse = (const float*)x->lse.host;
+  long long wrong = 0;
+  for (size_t r = 0; r < x->rows; ++r) { /* a row is wrong once: index, value or logsumexp */
+    const double wl = w->lse[s][r];
+    const float gl = lse ? lse[r] : 0.f;
+    const int lok = x->k == 0 || (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
+                    (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
+    wrong += dpWrongRefRows(k->c, idx + r, val + r * es, 1, 1, w->amax_idx[s] + r,
+                            w->amax_val[s] + r, 1) ||
+             !lok;
   }
   return wrong;
-fail:
-  return 0;
 }
