@@ -19,8 +19,8 @@ static dpsResult_t adapter_invoke(Adapter* a, const char* method, const void* se
   PyGILState_STATE gs = PyGILState_Ensure();
   dpsResult_t res = dpsSuccess;
   PyObject *in = NULL, *out = NULL, *fn = NULL, *args = NULL, *kw = NULL, *ret = NULL;
-  in = make_tensor(a->owner, (void*)send, a->device, dl_u8, 1, &send_bytes);
-  if (in != NULL) out = make_tensor(a->owner, recv, a->device, dl_u8, 1, &recv_bytes);
+  in = make_tensor(a->owner, (void*)send, a->device, g_dtypes[DT_U8].dl, 1, &send_bytes);
+  if (in != NULL) out = make_tensor(a->owner, recv, a->device, g_dtypes[DT_U8].dl, 1, &recv_bytes);
   if (out != NULL) fn = PyObject_GetAttrString(a->backend, method);
   if (fn != NULL) args = PyTuple_Pack(2, out, in);
   if (args != NULL) kw = Py_BuildValue("{sO}", "group", a->group);
