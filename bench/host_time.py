@@ -169,8 +169,9 @@ def main(argv=None):
         raise SystemExit("host_time.py needs a CUDA device")
     init_world(torch, dist)
     i = make_inputs(torch, a)
+    lib = dpsampling.build_info()["library_version"]
     print(f"# host_time.py: torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
-          f"dpsampling {dpsampling.__version__} (library {dpsampling.build_info()['library_version']})")
+          f"dpsampling {dpsampling.__version__} (library {lib})")
     print(f"# tp=1, pad_bs={a.pad_bs} N={a.n} V={a.vocab} {a.dtype}, topk k={a.topk}; "
           f"median of {a.reps} x {a.calls} eager calls, no sync inside the loop")
     comms, calls, wrong = {}, {}, []
