@@ -311,8 +311,9 @@ enum {
 
 /* The binding's own persistent outputs of the operations that write the
  * caller's buffers (argmax, topk, sample), used when the caller passes none:
- * one torch uint8 tensor per slot, allocated at the first call that needs it
- * (and again when a call needs more), and views of it cached per row count. */
+ * one torch uint8 tensor per slot, allocated by the first call that needs it
+ * at the slot's largest size (it never moves), and views of it cached per row
+ * count. */
 enum {
   O_ARGMAX_VALUE,
   O_ARGMAX_INDEX,

@@ -97,15 +97,27 @@ void out_slots_free(OutSlot* slots) {
   }
 }
 
-/* The slot's base, at least `bytes` long: torch.empty(bytes, dtype=uint8)
- * on the device, made at the first use and again when a call needs more
- * (the views of the old one are dropped; tensors handed out keep it). */
-static int slot_reserve(CommObject* self, OutSlot* s, int64_t bytes) {
-  if (s->base != NULL && s->bytes >= bytes) return 0;
+/* The bytes of a slot's base: every output the slot can hold, so that it is
+ * allocated once and never moves (a CUDA graph captured with it keeps
+ * writing there): max_pad_bs*N rows, DPS_TOPK_MAX columns for topk, the
+ * largest element size of the slot (4 for values of any logits dtype). */
+static int64_t slot_bytes(const CommObject* self, int slot) {
+  const int64_t rows = (int64_t)self->max_pad_bs * self->n;
+  const int64_t cols = (slot == O_TOPK_VALUES || slot == O_TOPK_INDICES) ? DPS_TOPK_MAX : 1;
+  const int wide = slot == O_ARGMAX_INDEX || slot == O_TOPK_INDICES || slot == O_SAMPLE_TOKENS;
+  return rows * cols * (wide ? 8 : 4);
+}
+
+/* The slot's base: torch.empty(slot_bytes, dtype=uint8) on the device, made
+ * by the first call that needs it. */
+static int slot_reserve(CommObject* self, int slot) {
+  OutSlot* s = &self->outs[slot];
+  if (s->base != NULL) return 0;
   if (s->views.v == NULL && view_cache_init(&s->views, self->max_pad_bs * self->n + 1) != 0) {
     PyErr_NoMemory();
     return -1;
   }
+  const int64_t bytes = slot_bytes(self, slot);
   PyObject* size = Py_BuildValue("(L)", (long long)bytes);
   PyObject* kw = size != NULL ? Py_BuildValue("{s:O,s:i}", "dtype", t_dtypes[DT_U8], "device",
                                               self->device)
@@ -119,8 +131,7 @@ static int slot_reserve(CommObject* self, OutSlot* s, int64_t bytes) {
     Py_DECREF(base);
     return -1;
   }
-  view_cache_clear(&s->views);
-  Py_XSETREF(s->base, base);
+  s->base = base;
   s->bytes = bytes;
   s->ptr = a.ptr;
   return 0;
@@ -140,10 +151,10 @@ static PyObject* slot_make_view(OutSlot* s, Dt dt, int64_t rows, int k) {
 }
 
 /* The slot's view [rows] (k == 0) or [rows, k] of dtype dt (a new reference);
- * 1 <= rows <= max_pad_bs*N. */
+ * 1 <= rows <= max_pad_bs*N, k <= DPS_TOPK_MAX (the caller checks both). */
 static PyObject* slot_view(CommObject* self, int slot, Dt dt, int64_t rows, int k) {
   OutSlot* s = &self->outs[slot];
-  if (slot_reserve(self, s, rows * (k > 0 ? k : 1) * g_dtypes[dt].size) != 0) return NULL;
+  if (slot_reserve(self, slot) != 0) return NULL;
   void* key[VIEW_CACHE_KEYS] = {s->base, (void*)(intptr_t)(dt + 1), (void*)(intptr_t)k};
   PyObject* v = view_cache_get(&s->views, key, (int)rows);
   if (v != NULL) return v;
@@ -157,8 +168,8 @@ int out_tensor(CommObject* self, PyObject* t, const char* name, int slot, Dt wan
   *res = NULL;
   *ptr = NULL;
   if (t == NULL || t == Py_None) {
-    if (rows < 1 || rows > (int64_t)self->max_pad_bs * self->n) {
-      *res = Py_None; /* the library refuses the rows, naming them */
+    if (rows < 1 || rows > (int64_t)self->max_pad_bs * self->n || k > DPS_TOPK_MAX) {
+      *res = Py_None; /* the library refuses the rows or k, naming them */
       Py_INCREF(Py_None);
       return 0;
     }

@@ -260,3 +260,31 @@ def test_persistent_outputs_outlive_close(backend):
     _, idx = c.argmax(x)
     c.close()
     assert torch.equal(idx.cpu(), argmax_ref(x.cpu(), 128)[1])
+
+
+@gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_captured_persistent_outputs_never_move(backend):
+    """A graph captured with the persistent topk outputs keeps writing the
+    views it returned, also after eager calls with another k and other rows
+    (the buffer is allocated once at its largest size)."""
+    V, rows = 512, 8
+    with _comm(backend, V, torch.float32, max_rows=rows) as c:
+        x = torch.randn(rows, V, device="cuda")
+        s = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            c.topk(x, 4)  # the first call allocates, outside the capture
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g, stream=s):
+                tv, ti = c.topk(x, 4)
+        base = ti.data_ptr()
+        c.topk(x[:2], 64)  # the largest k, other rows: the same buffer
+        for seed in (1, 2):
+            x.copy_(torch.randn(rows, V, generator=torch.Generator().manual_seed(seed)).cuda())
+            g.replay()
+            torch.cuda.synchronize()
+            want_v, want_i = topk_ref(x.cpu(), V, 4)
+            assert torch.equal(ti.cpu(), want_i) and torch.equal(tv.cpu(), want_v), seed
+        assert c.topk(x, 4)[1].data_ptr() == base
+        del g
