@@ -198,12 +198,11 @@ def _softcap_arg(softcap):
     """verify_chain()'s softcap: None or 0 -> 0.0 (off), else a real number
     c > 0 that stays positive and finite in fp32 (the library computes
     c * tanhf(l / c) in fp32)."""
+    if softcap is None:  # the common case first: this runs on every eager call
+        return 0.0
     import math
-    import numbers
     import struct
 
-    if softcap is None:
-        return 0.0
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be None or a real number, got {type(softcap).__name__}")
     c = float(softcap)
