@@ -361,6 +361,10 @@ typedef dpsResult_t (*OpCall)(dpsComm_t comm, void* ctx, struct CUstream_st* str
  * library's, or the one a fallback_comm_backend callback raised). */
 int op_launch(CommObject* self, Handle* h, OpCall call, void* ctx);
 
+/* A PyMethodDef entry of a METH_FASTCALL | METH_KEYWORDS method. */
+#define KW_METHOD(name, fn, doc) \
+  { name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS, doc }
+
 /* Argument parsing of a METH_FASTCALL | METH_KEYWORDS method `fname` whose
  * parameters are `names` (NULL-ended; the first nreq required): out[i] is
  * the argument (borrowed) or NULL when not given. 0, or -1 with TypeError. */

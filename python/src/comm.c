@@ -554,23 +554,22 @@ static PyMethodDef comm_methods[] = {
      "else None). Waits for the sampling work already enqueued: not for the hot path."},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
-    {"swap_batch_vocab", (PyCFunction)(void (*)(void))comm_swap, METH_FASTCALL | METH_KEYWORDS,
-     "swap_batch_vocab($self, /, local_logits, pad_bs=None)\n--\n\n"
-     "[pad_bs*N, V/tp] logits -> this rank's [pad_bs/tp*N, V] rows (a view of the persistent "
-     "output, valid until the next swap). pad_bs=None: local_logits.shape[0] // N."},
-    {"_swap_batch_vocab_new", (PyCFunction)(void (*)(void))comm_swap_new,
-     METH_FASTCALL | METH_KEYWORDS,
-     "_swap_batch_vocab_new($self, /, local_logits, pad_bs=None)\n--\n\n"
-     "swap_batch_vocab returning a new tensor (a copy)"},
-    {"gather_verify_outputs", (PyCFunction)(void (*)(void))comm_gather_outputs,
-     METH_FASTCALL | METH_KEYWORDS,
-     "gather_verify_outputs($self, /, predict, accept_index, accept_length, pad_bs=None)\n--\n\n"
-     "int32 [pad_bs/tp, N], [pad_bs/tp, N], [pad_bs/tp] -> (predict [pad_bs, N], "
-     "accept_index [pad_bs, N], accept_length [pad_bs]), views of persistent outputs."},
-    {"gather_verify_logprobs", (PyCFunction)(void (*)(void))comm_gather_logprobs,
-     METH_FASTCALL | METH_KEYWORDS,
-     "gather_verify_logprobs($self, /, logprobs, pad_bs=None)\n--\n\n"
-     "float32 [pad_bs/tp, N] -> [pad_bs, N] (a view of the persistent output)."},
+    KW_METHOD("swap_batch_vocab", comm_swap,
+              "swap_batch_vocab($self, /, local_logits, pad_bs=None)\n--\n\n"
+              "[pad_bs*N, V/tp] logits -> this rank's [pad_bs/tp*N, V] rows (a view of the "
+              "persistent output, valid until the next swap). pad_bs=None: "
+              "local_logits.shape[0] // N."),
+    KW_METHOD("_swap_batch_vocab_new", comm_swap_new,
+              "_swap_batch_vocab_new($self, /, local_logits, pad_bs=None)\n--\n\n"
+              "swap_batch_vocab returning a new tensor (a copy)"),
+    KW_METHOD("gather_verify_outputs", comm_gather_outputs,
+              "gather_verify_outputs($self, /, predict, accept_index, accept_length, "
+              "pad_bs=None)\n--\n\n"
+              "int32 [pad_bs/tp, N], [pad_bs/tp, N], [pad_bs/tp] -> (predict [pad_bs, N], "
+              "accept_index [pad_bs, N], accept_length [pad_bs]), views of persistent outputs."),
+    KW_METHOD("gather_verify_logprobs", comm_gather_logprobs,
+              "gather_verify_logprobs($self, /, logprobs, pad_bs=None)\n--\n\n"
+              "float32 [pad_bs/tp, N] -> [pad_bs, N] (a view of the persistent output)."),
     {"prepare_verify_outputs", (PyCFunction)(void (*)(void))comm_prepare,
      METH_VARARGS | METH_KEYWORDS,
      "prepare_verify_outputs($self, /, dtype)\n--\n\n"
