@@ -4,7 +4,8 @@
  *   module.c       process state, errors, module functions, PyInit
  *   dtype.c        the one table of tensor dtypes (torch, library, DLPack,
  *                  sizes, names) and the dtype checks of arguments
- *   torch.c        torch loaded lazily, its current stream, tensors in
+ *   torch.c        torch loaded lazily, its current stream, tensors in, the
+ *                  methods' argument parser (fast_args)
  *   dlpack.c       tensors out (DLPack capsules) and the cached output views
  *   nccl_group.c   NcclGroup: one NCCL communicator per group (SharedNccl)
  *   collectives.c  fallback_comm_backend as a dpsCollectives_t, and the
@@ -151,6 +152,16 @@ int dtype_code_of(PyObject* o, int allow_none, const char* name);
 long inferred_pad_bs(int64_t rows, int tp);
 /* pad_bs argument: an int, or None -> `dflt`. */
 int pad_bs_arg(PyObject* o, long dflt, int* pad_bs);
+
+/* A PyMethodDef entry of a METH_FASTCALL | METH_KEYWORDS method. */
+#define KW_METHOD(name, fn, doc) \
+  { name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS, doc }
+
+/* Argument parsing of a METH_FASTCALL | METH_KEYWORDS method `fname` whose
+ * parameters are `names` (NULL-ended; the first nreq required): out[i] is
+ * the argument (borrowed) or NULL when not given. 0, or -1 with TypeError. */
+int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
+              Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
 
 /* ------------------------------------------------------------------------- */
 /* Refcounted C objects (nccl_group.c: SharedNccl; comm.c: Handle)            */
@@ -360,16 +371,6 @@ typedef dpsResult_t (*OpCall)(dpsComm_t comm, void* ctx, struct CUstream_st* str
  * the library says it may block. 0, or -1 with the exception set (the
  * library's, or the one a fallback_comm_backend callback raised). */
 int op_launch(CommObject* self, Handle* h, OpCall call, void* ctx);
-
-/* A PyMethodDef entry of a METH_FASTCALL | METH_KEYWORDS method. */
-#define KW_METHOD(name, fn, doc) \
-  { name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS, doc }
-
-/* Argument parsing of a METH_FASTCALL | METH_KEYWORDS method `fname` whose
- * parameters are `names` (NULL-ended; the first nreq required): out[i] is
- * the argument (borrowed) or NULL when not given. 0, or -1 with TypeError. */
-int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
-              Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
 
 /* The operations' methods (ops.c, sample.c), listed in CommType's table. */
 PyObject* comm_swap(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);

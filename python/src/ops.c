@@ -8,41 +8,6 @@
 /* ------------------------------------------------------------------------- */
 /* Arguments                                                                  */
 
-int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
-              Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
-  int n = 0;
-  while (names[n] != NULL) ++n;
-  if (nargs > n) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
-    return -1;
-  }
-  for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;
-  const Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t j = 0; j < nkw; ++j) {
-    PyObject* key = PyTuple_GET_ITEM(kwnames, j);
-    int i = 0;
-    while (i < n && PyUnicode_CompareWithASCIIString(key, names[i]) != 0) ++i;
-    if (i == n) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, key);
-      return -1;
-    }
-    if (out[i] != NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname,
-                   names[i]);
-      return -1;
-    }
-    out[i] = args[nargs + j];
-  }
-  for (int i = 0; i < nreq; ++i) {
-    if (out[i] == NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fname,
-                   names[i], i + 1);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 int logits_arg(CommObject* self, PyObject* x, int* dt, TArg* a) {
   if ((*dt = logits_dt(x, "local_logits")) < 0) return -1;
   return tensor_arg(x, "local_logits", self->device, 2, 0, a);

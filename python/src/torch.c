@@ -1,5 +1,6 @@
 /* torch, loaded lazily (the first time a tensor crosses the boundary), its
- * current stream, and tensor arguments coming in. */
+ * current stream, tensor arguments coming in, and the methods' argument
+ * parser. */
 #include "binding.h"
 
 /* torch, loaded on first use */
@@ -176,5 +177,40 @@ int pad_bs_arg(PyObject* o, long dflt, int* pad_bs) {
     return -1;
   }
   *pad_bs = (int)v;
+  return 0;
+}
+
+int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
+              Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
+  int n = 0;
+  while (names[n] != NULL) ++n;
+  if (nargs > n) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+    return -1;
+  }
+  for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t j = 0; j < nkw; ++j) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, j);
+    int i = 0;
+    while (i < n && PyUnicode_CompareWithASCIIString(key, names[i]) != 0) ++i;
+    if (i == n) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, key);
+      return -1;
+    }
+    if (out[i] != NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname,
+                   names[i]);
+      return -1;
+    }
+    out[i] = args[nargs + j];
+  }
+  for (int i = 0; i < nreq; ++i) {
+    if (out[i] == NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fname,
+                   names[i], i + 1);
+      return -1;
+    }
+  }
   return 0;
 }
