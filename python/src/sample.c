@@ -7,7 +7,7 @@
  * local_logits) or per request (verify_chain: n == pad_bs). */
 typedef enum { PER_ROW, PER_REQUEST } ParamsPer;
 
-/* One tensor parameter: dtype (want, or alt when alt != NULL), 1-D, `n`
+/* One tensor parameter: dtype (want, or the row alt when alt >= 0), 1-D, `n`
  * long, contiguous, on the communicator's device. *is_alt says which dtype. */
 static int sample_array(PyObject* t, const char* name, Dt want, int alt, const char* want_names,
                         int device, int64_t n, ParamsPer per, const void** ptr, int* is_alt) {
