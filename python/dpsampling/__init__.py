@@ -14,6 +14,7 @@ and the bootstrap over torch.distributed. ``import dpsampling`` needs neither
 torch nor a GPU; torch is imported on first use.
 """
 
+import numbers
 import os
 import sys
 import threading
@@ -152,8 +153,11 @@ def _float_param(name, value, off):
     """A sample() parameter of float kind: None -> `off` (the filter off;
     refused where off is None: temperature), a real number -> float (the
     library checks its range), else a float32 tensor [rows]."""
-    import numbers
-
+    t = type(value)
+    if t is float:  # the common cases first: this runs on every eager call
+        return value
+    if t is int:
+        return float(value)
     if value is None and off is not None:
         return off
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -167,8 +171,10 @@ def _float_param(name, value, off):
 def _int_param(name, value, lo, hi, kind, wrap=False):
     """A sample() parameter of int kind: an integer in [lo, hi) (taken mod
     2^64 when wrap: seed, offset), else a tensor [rows] of `kind`."""
-    import numbers
-
+    if type(value) is int:  # the common case first: this runs on every eager call
+        if not lo <= value < hi:
+            raise ValueError(f"{name}={value} is out of range [{lo}, {hi})")
+        return value % _UINT64 if wrap else value
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         value = int(value)
         if not lo <= value < hi:
@@ -199,12 +205,11 @@ def _softcap_arg(softcap):
     """verify_chain()'s softcap: None or 0 -> 0.0 (off), else a real number
     c > 0 that stays positive and finite in fp32 (the library computes
     c * tanhf(l / c) in fp32)."""
+    if softcap is None:  # the common case first: this runs on every eager call
+        return 0.0
     import math
-    import numbers
     import struct
 
-    if softcap is None:
-        return 0.0
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be None or a real number, got {type(softcap).__name__}")
     c = float(softcap)
@@ -561,7 +566,8 @@ class DpSamplingComm(_C.Comm):
     argmax, topk, sample (a token per row from the vocab shards),
     verify_chain (the whole speculative verify from the vocab shards),
     sample_stats(), close(). Outputs alias persistent buffers valid until the
-    next call of the same operation.
+    next call of the same operation (argmax, topk and sample: unless out
+    tensors are given, which are written and returned).
     """
 
     def __init__(
@@ -655,41 +661,26 @@ class DpSamplingComm(_C.Comm):
         plus the row's logsumexp (fp32) with return_logsumexp=True, so the
         token's logprob is value - lse. Ties go to the lower global index,
         NaN never wins, columns at or beyond vocab_limit (global) are
-        excluded. The out_* tensors, when given, are written in place (no
-        extra kernel). At most 8 ranks (tp_size <= 8): more raise
-        RuntimeError."""
-        torch = _torch()
-        rows = local_logits.shape[0] if local_logits.dim() == 2 else -1
-        dev = local_logits.device
-        if out_value is None:
-            out_value = torch.empty(max(rows, 0), dtype=local_logits.dtype, device=dev)
-        if out_index is None:
-            out_index = torch.empty(max(rows, 0), dtype=torch.int64, device=dev)
-        if return_logsumexp and out_lse is None:
-            out_lse = torch.empty(max(rows, 0), dtype=torch.float32, device=dev)
-        self._select(local_logits, -1, _limit_arg(vocab_limit), out_value, out_index,
-                     out_lse if return_logsumexp else None)
-        if return_logsumexp:
-            return out_value, out_index, out_lse
-        return out_value, out_index
+        excluded. The out_* tensors, when given, are written in place and
+        returned; the others are views of the communicator's persistent
+        outputs, valid until the next argmax() (no allocation per call). At
+        most 8 ranks (tp_size <= 8): more raise RuntimeError."""
+        return self._select(local_logits, -1, 0 if vocab_limit is None else _limit_arg(vocab_limit),
+                            out_value, out_index, out_lse, return_logsumexp)
 
     def topk(self, local_logits, k, vocab_limit=None, *, out_values=None, out_indices=None):
         """The k best of every row over the whole vocabulary, best first, from
         this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
         indices int64 [rows, k]), the order of torch.topk and of argmax; the
-        same ranking rules as argmax. 1 <= k <= 64."""
-        k = _int_arg("k", k)
+        same ranking rules as argmax. 1 <= k <= 64. out_values / out_indices,
+        when given, are written in place and returned; the others are views of
+        the communicator's persistent outputs, valid until the next topk()."""
+        if type(k) is not int or k > _INT32_MAX:
+            k = _int_arg("k", k)  # TypeError / ValueError naming k
         if k < 1:  # the binding's _select takes k < 0 for argmax
             raise ValueError(f"k={k} must be >= 1 (argmax() for the best one)")
-        torch = _torch()
-        rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
-        dev = local_logits.device
-        if out_values is None:
-            out_values = torch.empty(rows, max(k, 0), dtype=local_logits.dtype, device=dev)
-        if out_indices is None:
-            out_indices = torch.empty(rows, max(k, 0), dtype=torch.int64, device=dev)
-        self._select(local_logits, k, _limit_arg(vocab_limit), out_values, out_indices, None)
-        return out_values, out_indices
+        return self._select(local_logits, k, 0 if vocab_limit is None else _limit_arg(vocab_limit),
+                            out_values, out_indices, None, False)
 
     # -- sampling without moving the logits ---------------------------------
     def sample(self, local_logits, *, temperature, seed, offset, top_k=None, top_p=None,
@@ -709,31 +700,25 @@ class DpSamplingComm(_C.Comm):
         temperature 0 is greedy. The semantics (vLLM's filter order, exactly
         k kept for top-k, the Gumbel race on Philox noise keyed by seed,
         offset and the global index) are in docs/sampling.md. out /
-        out_logprobs, when given, are written in place (no allocation: the
-        call is then capturable in a CUDA graph as it is, with the parameter
-        tensors read at replay). Invalid scalars raise ValueError naming
-        them; an invalid entry of a parameter tensor is found on the device:
-        that call writes nothing and sample_stats() reports it. At most 8
-        ranks (tp_size <= 8, as for argmax and topk): more raise RuntimeError."""
+        out_logprobs, when given, are written in place and returned; without
+        them the outputs are views of the communicator's persistent outputs,
+        valid until the next sample(). Either way the call allocates nothing
+        (after the first call without out=) and is capturable in a CUDA graph
+        as it is, with the parameter tensors read at replay. Invalid scalars
+        raise ValueError naming them; an invalid entry of a parameter tensor
+        is found on the device: that call writes nothing and sample_stats()
+        reports it. At most 8 ranks (tp_size <= 8, as for argmax and topk):
+        more raise RuntimeError."""
         params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
-        limit = _limit_arg(vocab_limit)
+        limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
         if out_logprobs is not None and not return_logprobs:
             raise ValueError("out_logprobs is given but return_logprobs=False; pass "
                              "return_logprobs=True to have the logprobs written")
         if not hasattr(local_logits, "dim"):
             raise TypeError(f"local_logits must be a torch.Tensor, got "
                             f"{type(local_logits).__name__}")
-        torch = _torch()
-        rows = local_logits.shape[0] if local_logits.dim() == 2 else 0
-        dev = local_logits.device
-        if out is None:
-            out = torch.empty(rows, dtype=torch.int64, device=dev)
-        if return_logprobs and out_logprobs is None:
-            out_logprobs = torch.empty(rows, dtype=torch.float32, device=dev)
-        self._sample(local_logits, limit, *params, out, out_logprobs if return_logprobs else None)
-        if return_logprobs:
-            return out, out_logprobs
-        return out
+        return self._sample(local_logits, limit, *params, out, out_logprobs,
+                            bool(return_logprobs))
 
     # -- speculative verify without moving the logits -------------------------
     def verify_chain(self, local_logits, candidates, *, pad_bs, temperature, seed, offset,
@@ -772,9 +757,10 @@ class DpSamplingComm(_C.Comm):
         TypeError naming the argument; an invalid entry of a parameter tensor
         is found on the device (nothing written, counted in sample_stats()).
         At most 8 ranks (tp_size <= 8): more raise RuntimeError."""
-        pad_bs = _int_arg("pad_bs", pad_bs)
+        if type(pad_bs) is not int or not -_INT32_MAX <= pad_bs <= _INT32_MAX:
+            pad_bs = _int_arg("pad_bs", pad_bs)  # TypeError / ValueError naming pad_bs
         params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
-        limit = _limit_arg(vocab_limit)
+        limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
         softcap = _softcap_arg(softcap)
         if not hasattr(local_logits, "dim"):
             raise TypeError(f"local_logits must be a torch.Tensor, got "
@@ -905,7 +891,9 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     """Drop-in for the upstream engine's distributed_argmax: logits is this
     rank's [M, V/tp] shard (M <= max_M); returns (max [M] in the logits
     dtype, idx [M] int64 global vocab indices), the same on every rank.
-    out_max / out_idx are written in place when given (no extra kernel)."""
+    out_max / out_idx are written in place when given (no extra kernel);
+    otherwise the results are views of the communicator's persistent argmax
+    outputs, valid until the next call."""
     comm = state._comm_for(logits)
     return comm.argmax(logits, out_value=out_max, out_index=out_idx)
 

@@ -102,6 +102,9 @@ class DpSamplingComm:
     def prepare_verify_outputs(self, dtype: _Dtype) -> None: ...
     def async_error(self) -> Optional[str]: ...
     def close(self) -> None: ...
+    # argmax, topk, sample: an out tensor given is written and returned; the
+    # others are views of persistent buffers, valid until the next call of the
+    # same operation (no allocation per call).
     # -> (values, indices), or (values, indices, lse) with return_logsumexp=True
     def argmax(
         self, local_logits: torch.Tensor, vocab_limit: Optional[int] = ...,

@@ -2,12 +2,19 @@
  * header of the extension's files (not installed):
  *
  *   module.c       process state, errors, module functions, PyInit
- *   torch.c        torch loaded lazily, its current stream, tensors in
+ *   dtype.c        the one table of tensor dtypes (torch, library, DLPack,
+ *                  sizes, names) and the dtype checks of arguments
+ *   torch.c        torch loaded lazily, its current stream, tensors in, the
+ *                  methods' argument parser (fast_args)
  *   dlpack.c       tensors out (DLPack capsules) and the cached output views
  *   nccl_group.c   NcclGroup: one NCCL communicator per group (SharedNccl)
  *   collectives.c  fallback_comm_backend as a dpsCollectives_t, and the
  *                  library's default collectives object (global_backend)
- *   comm.c         Comm, the base type of dpsampling.DpSamplingComm
+ *   comm.c         Comm, the base type of dpsampling.DpSamplingComm: its
+ *                  lifecycle, the protocol of a call, the queries, Handle
+ *   ops.c          Comm's swap, gathers, argmax and topk; output views and
+ *                  the persistent outputs of argmax, topk and sample
+ *   sample.c       Comm's sample and verify_chain and their parameters
  *
  * CPython C API only; torch is neither a build nor an import dependency: it is
  * imported lazily, the first time a tensor crosses the boundary. Tensors come
@@ -62,6 +69,7 @@ extern PyObject* s_is_contiguous;
 extern PyObject* s_data_ptr;
 extern PyObject* s_nbytes;
 extern PyObject* s_clone;
+extern PyObject* s_view;
 extern PyObject* s_cuda_stream;
 
 /* dpsInvalidArgument -> ValueError; everything else -> RuntimeError. */
@@ -71,16 +79,45 @@ PyObject* err_take(void);
 void err_give(PyObject* e);
 
 /* ------------------------------------------------------------------------- */
+/* Tensor dtypes (dtype.c): the one table of every dtype the binding handles   */
+
+/* The public DLPack ABI's device and data types (dlpack.c has the rest). */
+enum { kDLCPU = 1, kDLCUDA = 2 };                      /* DLDeviceType */
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 }; /* DLDataTypeCode */
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+/* Rows of the table; the first three are the logits dtypes, in the order of
+ * their library codes' names in messages. */
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_COUNT } Dt;
+
+typedef struct {
+  const char* torch_name;  /* "torch.float32": torch's attribute after the prefix */
+  dpsDataType_t code;      /* the library's code; dpsDtypeUnset: not a logits dtype */
+  DLDataType dl;           /* the DLPack type of the binding's output views */
+  int size;                /* bytes per element */
+  const char* names[4];    /* logits dtypes: the names dtype_code_of takes (NULL-ended) */
+} DtypeInfo;
+
+extern const DtypeInfo g_dtypes[DT_COUNT];
+/* torch.<name> of each row, set by torch_load() (borrowed from torch) */
+extern PyObject* t_dtypes[DT_COUNT];
+
+/* The row of a library code (dpsFloat32/dpsBfloat16/dpsFloat16), or -1. */
+int dt_of_code(dpsDataType_t code);
+/* The row of a torch dtype object (after torch_load), or -1. */
+int dt_of_torch(PyObject* dtype);
+
+/* ------------------------------------------------------------------------- */
 /* torch (torch.c)                                                            */
 
 /* torch, loaded on first use */
 extern PyObject* t_from_dlpack; /* torch._C._from_dlpack */
-extern PyObject* t_f32;
-extern PyObject* t_bf16;
-extern PyObject* t_f16;
-extern PyObject* t_i32;
-extern PyObject* t_i64;
-extern PyObject* t_u8;
+extern PyObject* t_empty;       /* torch.empty */
 
 int torch_load(void);
 /* torch's current stream on `device` (works inside CUDA graph capture). */
@@ -93,21 +130,38 @@ typedef struct {
   int64_t nbytes;
 } TArg;
 
-/* t.dtype (new reference); TypeError when t is not a tensor. */
-PyObject* tensor_dtype(PyObject* t, const char* name);
+/* The table row of t.dtype: -1 for a dtype not in the table, -2 (TypeError
+ * set, naming `name`) when t is not a tensor (dtype.c). */
+int tensor_dt(PyObject* t, const char* name);
+/* 0 when t is a tensor of dtype `want`, else -1 with TypeError naming
+ * `name`, the dtype wanted and the one given. */
+int expect_dt(PyObject* t, const char* name, Dt want);
+/* The row of a logits tensor's dtype (fp32, bf16, fp16), or -1 with
+ * TypeError naming `name`. */
+int logits_dt(PyObject* t, const char* name);
 /* Device, layout and pointer of a tensor argument. want_ndim < 0: any rank
  * (shape not recorded), want_nbytes: also read t.nbytes. */
 int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int want_nbytes,
                TArg* a);
 /* Logits dtype of a Python object: None -> unset, a torch dtype (fp32, bf16,
- * fp16) or a name ("fp32", "float32", "torch.float32", ...). -2 (TypeError
- * set) otherwise. */
+ * fp16) or one of the table's names, with or without a "torch." prefix
+ * (dtype.c). -2 (TypeError set) otherwise. */
 int dtype_code_of(PyObject* o, int allow_none, const char* name);
 /* pad_bs implied by a [pad_bs/tp, ...] input: rows*tp, or -1 (rejected by
  * pad_bs_arg) when that does not fit in an int. */
 long inferred_pad_bs(int64_t rows, int tp);
 /* pad_bs argument: an int, or None -> `dflt`. */
 int pad_bs_arg(PyObject* o, long dflt, int* pad_bs);
+
+/* A PyMethodDef entry of a METH_FASTCALL | METH_KEYWORDS method. */
+#define KW_METHOD(name, fn, doc) \
+  { name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS, doc }
+
+/* Argument parsing of a METH_FASTCALL | METH_KEYWORDS method `fname` whose
+ * parameters are `names` (NULL-ended; the first nreq required): out[i] is
+ * the argument (borrowed) or NULL when not given. 0, or -1 with TypeError. */
+int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
+              Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
 
 /* ------------------------------------------------------------------------- */
 /* Refcounted C objects (nccl_group.c: SharedNccl; comm.c: Handle)            */
@@ -151,25 +205,8 @@ void handle_release(Handle* h);
 /* ------------------------------------------------------------------------- */
 /* DLPack out (dlpack.c)                                                      */
 
-/* The public DLPack ABI's device and data types (dlpack.c has the rest). */
-enum { kDLCPU = 1, kDLCUDA = 2 };                      /* DLDeviceType */
-enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 }; /* DLDataTypeCode */
-
-typedef struct {
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-} DLDataType;
-
-extern const DLDataType dl_f32;
-extern const DLDataType dl_bf16;
-extern const DLDataType dl_f16;
-extern const DLDataType dl_i32;
-extern const DLDataType dl_u8;
-
 extern long g_test_deleted; /* host test capsules whose deleter ran */
 
-DLDataType dl_of_dps(dpsDataType_t t);
 /* A "dltensor" capsule over `ptr`, row-major, 1-D or 2-D. It keeps `owner`
  * (may be NULL) alive until the consumer calls the deleter. */
 PyObject* make_capsule(Handle* owner, void* host_buf, void* ptr, int device_type, int device,
@@ -268,8 +305,101 @@ typedef struct {
 extern PyTypeObject BackendType;
 
 /* ------------------------------------------------------------------------- */
-/* Comm (comm.c)                                                              */
+/* Comm: lifecycle (comm.c), operations (ops.c, sample.c)                     */
 
 extern PyTypeObject CommType;
+
+/* The operations whose outputs are handed out as cached views of the
+ * library's persistent buffers. */
+enum {
+  V_SWAP,      /* swap_batch_vocab: the [pad_bs/tp*N, V] tensor */
+  V_GATHER,    /* gather_verify_outputs: tuples (predict, accept_index, accept_length) */
+  V_LOGPROB,   /* gather_verify_logprobs: the [pad_bs, N] tensor */
+  V_VERIFY,    /* verify_chain: tuples (predict, accept_index, accept_length) */
+  V_VERIFY_LP, /* verify_chain: its logprobs [pad_bs, N] */
+  V_COUNT
+};
+
+/* The binding's own persistent outputs of the operations that write the
+ * caller's buffers (argmax, topk, sample), used when the caller passes none:
+ * one torch uint8 tensor per slot, allocated by the first call that needs it
+ * at the slot's largest size (it never moves), and views of it cached per row
+ * count. */
+enum {
+  O_ARGMAX_VALUE,
+  O_ARGMAX_INDEX,
+  O_ARGMAX_LSE,
+  O_TOPK_VALUES,
+  O_TOPK_INDICES,
+  O_SAMPLE_TOKENS,
+  O_SAMPLE_LOGPROBS,
+  O_COUNT
+};
+
+typedef struct {
+  PyObject* base;  /* uint8 [bytes] on the communicator's device, or NULL */
+  int64_t bytes;
+  void* ptr;       /* base.data_ptr() */
+  ViewCache views; /* [rows] views of base, keyed by (base, dtype, k) */
+} OutSlot;
+
+/* A call in progress and the GIL: see comm.c ("A call in progress"). */
+typedef struct {
+  PyObject_HEAD Handle* h;
+  int device, tp, n, max_pad_bs;
+  int64_t vocab;
+  /* cached output views of each operation, indexed by pad_bs (0..max_pad_bs) */
+  ViewCache views[V_COUNT];
+  OutSlot outs[O_COUNT]; /* persistent outputs of argmax, topk, sample */
+  Adapter* adapter;
+  const char* busy;   /* name of the call in progress, or NULL (comm.c) */
+  dpsCommInfo_t info; /* snapshot for the getters while busy */
+  int may_block;      /* dpsCommOpMayBlock as of the same moment (op_launch) */
+  uint64_t invalid_seen; /* sample_stats: invalid_calls at the previous read */
+} CommObject;
+
+/* The body of an operation: runs between comm_enter and comm_leave, with a
+ * reference to the handle; `a` holds the method's arguments (NULL: not
+ * given). */
+typedef PyObject* (*OpBody)(CommObject* self, Handle* h, PyObject* const* a);
+/* Starts the call `op`, runs body, ends the call (comm.c). */
+PyObject* comm_run(CommObject* self, const char* op, OpBody body, PyObject* const* a);
+
+/* The library call of an operation, made by op_launch with the stream. */
+typedef dpsResult_t (*OpCall)(dpsComm_t comm, void* ctx, struct CUstream_st* stream);
+/* torch's current stream, then call(comm, ctx, stream), without the GIL when
+ * the library says it may block. 0, or -1 with the exception set (the
+ * library's, or the one a fallback_comm_backend callback raised). */
+int op_launch(CommObject* self, Handle* h, OpCall call, void* ctx);
+
+/* The operations' methods (ops.c, sample.c), listed in CommType's table. */
+PyObject* comm_swap(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* comm_swap_new(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* comm_gather_outputs(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kw);
+PyObject* comm_gather_logprobs(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kw);
+PyObject* comm_select(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* comm_sample(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* comm_verify_chain(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
+
+/* Shared by the operations (ops.c). */
+/* local_logits: a 2-D contiguous tensor of a logits dtype on the
+ * communicator's device; *dt its table row. */
+int logits_arg(CommObject* self, PyObject* x, int* dt, TArg* a);
+/* An output tensor given by the caller (t a tensor: dtype `want`,
+ * contiguous, on the device, exactly rows*max(k,1) elements), or (t NULL or
+ * None) the persistent slot's view [rows] (k == 0) or [rows, k]. *res gets a
+ * new reference to the tensor and *ptr its data pointer; rows outside
+ * [1, max_pad_bs*N] give None and NULL, for the library to refuse. */
+int out_tensor(CommObject* self, PyObject* t, const char* name, int slot, Dt want, int64_t rows,
+               int k, PyObject** res, void** ptr);
+/* The full-batch verify outputs as cached views: (predict, accept_index,
+ * accept_length) of operation `which`, and the logprobs [pad_bs, N]. */
+PyObject* outputs_view(CommObject* self, Handle* h, int which, int32_t* po, int32_t* aio,
+                       int32_t* alo, int pad_bs);
+PyObject* logprobs_view(CommObject* self, Handle* h, int which, float* out, int pad_bs);
+/* The slots' views and bases, dropped (comm.c's release). */
+void out_slots_free(OutSlot* slots);
 
 #endif /* DPS_PY_BINDING_H_ */

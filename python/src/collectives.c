@@ -19,8 +19,8 @@ static dpsResult_t adapter_invoke(Adapter* a, const char* method, const void* se
   PyGILState_STATE gs = PyGILState_Ensure();
   dpsResult_t res = dpsSuccess;
   PyObject *in = NULL, *out = NULL, *fn = NULL, *args = NULL, *kw = NULL, *ret = NULL;
-  in = make_tensor(a->owner, (void*)send, a->device, dl_u8, 1, &send_bytes);
-  if (in != NULL) out = make_tensor(a->owner, recv, a->device, dl_u8, 1, &recv_bytes);
+  in = make_tensor(a->owner, (void*)send, a->device, g_dtypes[DT_U8].dl, 1, &send_bytes);
+  if (in != NULL) out = make_tensor(a->owner, recv, a->device, g_dtypes[DT_U8].dl, 1, &recv_bytes);
   if (out != NULL) fn = PyObject_GetAttrString(a->backend, method);
   if (fn != NULL) args = PyTuple_Pack(2, out, in);
   if (args != NULL) kw = Py_BuildValue("{sO}", "group", a->group);
@@ -59,14 +59,15 @@ dpsResult_t adapter_all_to_all(void* ctx, const void* sendbuf, void* recvbuf, si
 /* ------------------------------------------------------------------------- */
 /* The library's default collectives object (get_global_backend())           */
 
-static PyObject* backend_collective(PyObject* args, PyObject* kw, int all_to_all) {
-  static char* kwlist[] = {"output", "input", "group", NULL};
-  PyObject *out, *in;
-  PyObject* group = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw,
-                                   all_to_all ? "OO|O:all_to_all_single" : "OO|O:all_gather_into_tensor",
-                                   kwlist, &out, &in, &group))
+static PyObject* backend_collective(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                                    int all_to_all) {
+  static const char* const names[] = {"output", "input", "group", NULL};
+  PyObject* a[3];
+  if (fast_args(all_to_all ? "all_to_all_single" : "all_gather_into_tensor", names, 2, args,
+                nargs, kwnames, a) != 0)
     return NULL;
+  PyObject *out = a[0], *in = a[1];
+  PyObject* group = a[2] != NULL ? a[2] : Py_None;
   if (torch_load() != 0) return NULL;
   NcclGroupObject* g = lookup_group(group);
   if (g == NULL) return NULL;
@@ -119,14 +120,16 @@ done:
   return ret;
 }
 
-static PyObject* backend_all_gather(PyObject* self, PyObject* args, PyObject* kw) {
+static PyObject* backend_all_gather(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                    PyObject* kw) {
   (void)self;
-  return backend_collective(args, kw, 0);
+  return backend_collective(args, nargs, kw, 0);
 }
 
-static PyObject* backend_all_to_all(PyObject* self, PyObject* args, PyObject* kw) {
+static PyObject* backend_all_to_all(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                    PyObject* kw) {
   (void)self;
-  return backend_collective(args, kw, 1);
+  return backend_collective(args, nargs, kw, 1);
 }
 
 static PyObject* backend_repr(PyObject* self) {
@@ -135,15 +138,13 @@ static PyObject* backend_repr(PyObject* self) {
 }
 
 static PyMethodDef backend_methods[] = {
-    {"all_gather_into_tensor", (PyCFunction)(void (*)(void))backend_all_gather,
-     METH_VARARGS | METH_KEYWORDS,
-     "all_gather_into_tensor($self, /, output, input, group=None)\n--\n\n"
-     "NCCL all-gather of the bytes of input into output on the group's communicator, on "
-     "torch's current stream."},
-    {"all_to_all_single", (PyCFunction)(void (*)(void))backend_all_to_all,
-     METH_VARARGS | METH_KEYWORDS,
-     "all_to_all_single($self, /, output, input, group=None)\n--\n\n"
-     "Equal-split NCCL all-to-all of bytes."},
+    KW_METHOD("all_gather_into_tensor", backend_all_gather,
+              "all_gather_into_tensor($self, /, output, input, group=None)\n--\n\n"
+              "NCCL all-gather of the bytes of input into output on the group's communicator, "
+              "on torch's current stream."),
+    KW_METHOD("all_to_all_single", backend_all_to_all,
+              "all_to_all_single($self, /, output, input, group=None)\n--\n\n"
+              "Equal-split NCCL all-to-all of bytes."),
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject BackendType = {

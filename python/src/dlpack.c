@@ -64,16 +64,6 @@ static void dl_capsule_destructor(PyObject* cap) {
   if (pending != NULL) err_give(pending);
 }
 
-const DLDataType dl_f32 = {kDLFloat, 32, 1};
-const DLDataType dl_bf16 = {kDLBfloat, 16, 1};
-const DLDataType dl_f16 = {kDLFloat, 16, 1};
-const DLDataType dl_i32 = {kDLInt, 32, 1};
-const DLDataType dl_u8 = {kDLUInt, 8, 1};
-
-DLDataType dl_of_dps(dpsDataType_t t) {
-  return t == dpsBfloat16 ? dl_bf16 : t == dpsFloat16 ? dl_f16 : dl_f32;
-}
-
 PyObject* make_capsule(Handle* owner, void* host_buf, void* ptr, int device_type, int device,
                        DLDataType dt, int ndim, const int64_t* shape) {
   DpsDLTensor* d = (DpsDLTensor*)calloc(1, sizeof *d);

@@ -18,6 +18,7 @@ PyObject* s_is_contiguous;
 PyObject* s_data_ptr;
 PyObject* s_nbytes;
 PyObject* s_clone;
+PyObject* s_view;
 PyObject* s_cuda_stream;
 
 /* ------------------------------------------------------------------------- */
@@ -208,7 +209,7 @@ static PyObject* m_test_host_capsule(PyObject* m, PyObject* args) {
     else ((int32_t*)buf)[i] = (int32_t)i;
   }
   int64_t shape[2] = {rows, cols};
-  return make_capsule(NULL, buf, buf, kDLCPU, 0, cols > 0 ? dl_f32 : dl_i32, cols > 0 ? 2 : 1,
+  return make_capsule(NULL, buf, buf, kDLCPU, 0, g_dtypes[cols > 0 ? DT_F32 : DT_I32].dl, cols > 0 ? 2 : 1,
                       shape);
 }
 
@@ -320,6 +321,7 @@ PyMODINIT_FUNC PyInit__dpsampling(void) {
   INTERN(s_data_ptr, "data_ptr");
   INTERN(s_nbytes, "nbytes");
   INTERN(s_clone, "clone");
+  INTERN(s_view, "view");
   INTERN(s_cuda_stream, "cuda_stream");
   if (PyType_Ready(&NcclGroupType) < 0 || PyType_Ready(&CommType) < 0 ||
       PyType_Ready(&BackendType) < 0)

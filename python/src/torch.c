@@ -1,18 +1,14 @@
 /* torch, loaded lazily (the first time a tensor crosses the boundary), its
- * current stream, and tensor arguments coming in. */
+ * current stream, tensor arguments coming in, and the methods' argument
+ * parser. */
 #include "binding.h"
 
 /* torch, loaded on first use */
 static int t_ready = 0;
 PyObject* t_from_dlpack = NULL;            /* torch._C._from_dlpack */
+PyObject* t_empty = NULL;                  /* torch.empty */
 static PyObject* t_raw_stream = NULL;      /* torch._C._cuda_getCurrentRawStream, or NULL */
 static PyObject* t_current_stream = NULL;  /* torch.cuda.current_stream (fallback) */
-PyObject* t_f32 = NULL;
-PyObject* t_i64 = NULL;
-PyObject* t_bf16 = NULL;
-PyObject* t_f16 = NULL;
-PyObject* t_i32 = NULL;
-PyObject* t_u8 = NULL;
 
 #define DPS_TORCH_MISSING                                                                  \
   "dpsampling needs PyTorch for tensors and communicators, and it is not installed: "    \
@@ -47,12 +43,9 @@ int torch_load(void) {
     Py_DECREF(cuda);
     if (t_current_stream == NULL) goto out;
   }
-  if ((t_f32 = PyObject_GetAttrString(torch, "float32")) == NULL) goto out;
-  if ((t_bf16 = PyObject_GetAttrString(torch, "bfloat16")) == NULL) goto out;
-  if ((t_f16 = PyObject_GetAttrString(torch, "float16")) == NULL) goto out;
-  if ((t_i32 = PyObject_GetAttrString(torch, "int32")) == NULL) goto out;
-  if ((t_i64 = PyObject_GetAttrString(torch, "int64")) == NULL) goto out;
-  if ((t_u8 = PyObject_GetAttrString(torch, "uint8")) == NULL) goto out;
+  if ((t_empty = PyObject_GetAttrString(torch, "empty")) == NULL) goto out;
+  for (int i = 0; i < DT_COUNT; ++i)
+    if ((t_dtypes[i] = PyObject_GetAttrString(torch, g_dtypes[i].torch_name)) == NULL) goto out;
   t_ready = 1;
   rc = 0;
 out:
@@ -63,10 +56,14 @@ out:
 
 int current_stream(int device, void** stream) {
   PyObject* r;
+  PyObject* dev = PyLong_FromLong(device); /* a small int: no allocation */
+  if (dev == NULL) return -1;
   if (t_raw_stream != NULL) {
-    r = PyObject_CallFunction(t_raw_stream, "i", device);
+    r = PyObject_CallOneArg(t_raw_stream, dev);
+    Py_DECREF(dev);
   } else {
-    PyObject* s = PyObject_CallFunction(t_current_stream, "i", device);
+    PyObject* s = PyObject_CallOneArg(t_current_stream, dev);
+    Py_DECREF(dev);
     if (s == NULL) return -1;
     r = PyObject_GetAttr(s, s_cuda_stream);
     Py_DECREF(s);
@@ -81,15 +78,6 @@ int current_stream(int device, void** stream) {
 
 /* ------------------------------------------------------------------------- */
 /* Tensors in                                                                 */
-
-PyObject* tensor_dtype(PyObject* t, const char* name) {
-  PyObject* dt = PyObject_GetAttr(t, s_dtype);
-  if (dt == NULL) {
-    PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s must be a torch.Tensor, got %.200s", name, Py_TYPE(t)->tp_name);
-  }
-  return dt;
-}
 
 static int long_of_call(PyObject* t, PyObject* meth, long long* v) {
   PyObject* r = PyObject_CallMethodNoArgs(t, meth);
@@ -160,29 +148,6 @@ int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int wan
   return 0;
 }
 
-int dtype_code_of(PyObject* o, int allow_none, const char* name) {
-  if (o == Py_None && allow_none) return dpsDtypeUnset;
-  if (PyUnicode_Check(o)) {
-    const char* s = PyUnicode_AsUTF8(o);
-    if (s == NULL) return -2;
-    if (strncmp(s, "torch.", 6) == 0) s += 6;
-    if (!strcmp(s, "fp32") || !strcmp(s, "float32") || !strcmp(s, "float")) return dpsFloat32;
-    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return dpsBfloat16;
-    if (!strcmp(s, "fp16") || !strcmp(s, "float16") || !strcmp(s, "half")) return dpsFloat16;
-  } else if (strcmp(Py_TYPE(o)->tp_name, "torch.dtype") == 0) {
-    if (torch_load() != 0) return -2;
-    if (o == t_f32) return dpsFloat32;
-    if (o == t_bf16) return dpsBfloat16;
-    if (o == t_f16) return dpsFloat16;
-  }
-  PyErr_Format(PyExc_TypeError,
-               "%s=%R is not a supported logits dtype; expected torch.float32, torch.bfloat16 or "
-               "torch.float16, or one of the names 'fp32', 'float32', 'float', 'bf16', "
-               "'bfloat16', 'fp16', 'float16', 'half' (each also with a 'torch.' prefix)%s",
-               name, o, allow_none ? ", or None" : "");
-  return -2;
-}
-
 long inferred_pad_bs(int64_t rows, int tp) {
   if (rows < 0 || tp < 1 || rows > INT32_MAX / tp) return -1;
   return (long)(rows * tp);
@@ -212,5 +177,40 @@ int pad_bs_arg(PyObject* o, long dflt, int* pad_bs) {
     return -1;
   }
   *pad_bs = (int)v;
+  return 0;
+}
+
+int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
+              Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
+  int n = 0;
+  while (names[n] != NULL) ++n;
+  if (nargs > n) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+    return -1;
+  }
+  for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t j = 0; j < nkw; ++j) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, j);
+    int i = 0;
+    while (i < n && PyUnicode_CompareWithASCIIString(key, names[i]) != 0) ++i;
+    if (i == n) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, key);
+      return -1;
+    }
+    if (out[i] != NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname,
+                   names[i]);
+      return -1;
+    }
+    out[i] = args[nargs + j];
+  }
+  for (int i = 0; i < nreq; ++i) {
+    if (out[i] == NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fname,
+                   names[i], i + 1);
+      return -1;
+    }
+  }
   return 0;
 }
