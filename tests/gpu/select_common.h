@@ -86,11 +86,62 @@ GT_FN int selUpload(SelBufs* b, int rows, int step) {
 
 GT_FN int sameFloat(float a, float b) { return (a != a && b != b) || a == b; }
 
+/* Compares downloaded outputs (argmax: idx, val [rows], lse [rows] or NULL;
+ * top-k: idx, val [rows, k]) with the reference of input rows
+ * [row0, row0 + rows) of `step` (output row i is input row row0 + i).
+ * Returns the count of wrong values (the first 5 printed). */
+GT_FN long selCompare(SelBufs* b, int row0, int rows, int step, int64_t limit, int k,
+                      const int64_t* idx, const void* val, const float* lse, const char* what) {
+  long bad = 0;
+  for (int i = 0; i < rows; ++i) {
+    const int r = row0 + i;
+    /* the reference sees the values as stored in the dtype */
+    for (int64_t c = 0; c < b->vocab; ++c) {
+      uint32_t tmp = 0;
+      fxStore(&tmp, 0, fxSelValue(r, c, b->vocab, b->v_local, step), b->dtype);
+      b->h_row[c] = fxLoad(&tmp, 0, b->dtype);
+    }
+    if (k == 0) {
+      int64_t wi;
+      float wv;
+      double wl;
+      fxRefArgmax(b->h_row, limit, &wi, &wv, &wl);
+      const float gv = fxLoad(val, (size_t)i, b->dtype);
+      int ok = idx[i] == wi && sameFloat(gv, wv);
+      if (lse != NULL) {
+        const float gl = lse[i];
+        const int lok = (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
+                        (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
+        ok = ok && lok;
+        if (!lok && bad < 5)
+          fprintf(stderr, "  %s row %d: lse %.7g, want %.7g\n", what, r, gl, wl);
+      }
+      if (!ok && bad < 5)
+        fprintf(stderr, "  %s row %d: index %lld value %g, want %lld %g\n", what, r,
+                (long long)idx[i], gv, (long long)wi, wv);
+      bad += !ok;
+    } else {
+      int64_t wi[MAXK];
+      float wv[MAXK];
+      fxRefTopK(b->h_row, limit, k, wi, wv);
+      for (int j = 0; j < k; ++j) {
+        const int64_t gi = idx[(size_t)i * k + j];
+        const float gv = fxLoad(val, (size_t)i * k + j, b->dtype);
+        const int ok = gi == wi[j] && sameFloat(gv, wv[j]);
+        if (!ok && bad < 5)
+          fprintf(stderr, "  %s row %d [%d]: index %lld value %g, want %lld %g\n", what, r, j,
+                  (long long)gi, gv, (long long)wi[j], wv[j]);
+        bad += !ok;
+      }
+    }
+  }
+  return bad;
+}
+
 /* Checks rows [0, rows) of the argmax (k == 0) or top-k outputs. */
 GT_FN int selCheck(SelBufs* b, int rows, int step, int64_t limit, int k, int want_lse,
                     const char* what) {
   const size_t es = dpsDataTypeSize(b->dtype);
-  long bad = 0;
   /* wait for the calls first: a pageable copy queued behind a kernel that
    * polls for a peer would hold the host thread (and the driver's staging)
    * while that peer's thread needs them to launch its side */
@@ -105,47 +156,10 @@ GT_FN int selCheck(SelBufs* b, int rows, int step, int64_t limit, int k, int wan
     GT_CUDA(cudaMemcpyAsync(b->h_tval, b->d_tval, (size_t)rows * k * es, cudaMemcpyDeviceToHost, b->s));
   }
   GT_CUDA(cudaStreamSynchronize(b->s));
-  for (int r = 0; r < rows; ++r) {
-    /* the reference sees the values as stored in the dtype */
-    for (int64_t c = 0; c < b->vocab; ++c) {
-      uint32_t tmp = 0;
-      fxStore(&tmp, 0, fxSelValue(r, c, b->vocab, b->v_local, step), b->dtype);
-      b->h_row[c] = fxLoad(&tmp, 0, b->dtype);
-    }
-    if (k == 0) {
-      int64_t wi;
-      float wv;
-      double wl;
-      fxRefArgmax(b->h_row, limit, &wi, &wv, &wl);
-      const float gv = fxLoad(b->h_val, (size_t)r, b->dtype);
-      int ok = b->h_idx[r] == wi && sameFloat(gv, wv);
-      if (want_lse) {
-        const float gl = b->h_lse[r];
-        const int lok = (wl != wl && gl != gl) || (isinf(wl) && gl == (float)wl) ||
-                        (isfinite(wl) && fabs((double)gl - wl) <= 1e-4 * fmax(1.0, fabs(wl)));
-        ok = ok && lok;
-        if (!lok && bad < 5)
-          fprintf(stderr, "  %s row %d: lse %.7g, want %.7g\n", what, r, gl, wl);
-      }
-      if (!ok && bad < 5)
-        fprintf(stderr, "  %s row %d: index %lld value %g, want %lld %g\n", what, r,
-                (long long)b->h_idx[r], gv, (long long)wi, wv);
-      bad += !ok;
-    } else {
-      int64_t wi[MAXK];
-      float wv[MAXK];
-      fxRefTopK(b->h_row, limit, k, wi, wv);
-      for (int j = 0; j < k; ++j) {
-        const int64_t gi = b->h_tidx[(size_t)r * k + j];
-        const float gv = fxLoad(b->h_tval, (size_t)r * k + j, b->dtype);
-        const int ok = gi == wi[j] && sameFloat(gv, wv[j]);
-        if (!ok && bad < 5)
-          fprintf(stderr, "  %s row %d [%d]: index %lld value %g, want %lld %g\n", what, r, j,
-                  (long long)gi, gv, (long long)wi[j], wv[j]);
-        bad += !ok;
-      }
-    }
-  }
+  const long bad = k == 0 ? selCompare(b, 0, rows, step, limit, 0, b->h_idx, b->h_val,
+                                       want_lse ? b->h_lse : NULL, what)
+                          : selCompare(b, 0, rows, step, limit, k, b->h_tidx, b->h_tval, NULL,
+                                       what);
   FX_CHECK(bad == 0, "%s: %ld values wrong", what, bad);
   return 0;
 }
