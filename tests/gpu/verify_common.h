@@ -104,12 +104,13 @@ GT_FN dpsSampleParams_t reqParams(const Req* q, int per_row) {
   return p;
 }
 
-/* Candidates from the tokens t: request b accepts exactly acc_b = b % n
- * drafts (then one wrong draft, then arbitrary ones). */
-GT_FN void makeCandidates(const int64_t* t, int B, int n, int64_t V, int32_t* cand) {
+/* Candidates from the tokens t: request b accepts exactly acc_b =
+ * (b + shift) % n drafts (then one wrong draft, then arbitrary ones). */
+GT_FN void makeCandidatesShift(const int64_t* t, int B, int n, int64_t V, int shift,
+                               int32_t* cand) {
   uint64_t s = 0x5eed;
   for (int b = 0; b < B; ++b) {
-    const int acc = b % n;
+    const int acc = (b + shift) % n;
     cand[(size_t)b * n] = (int32_t)(fxSplitmix(&s) % (uint64_t)V);
     for (int i = 1; i < n; ++i) {
       const int64_t prev = t[(size_t)b * n + i - 1];
@@ -118,6 +119,11 @@ GT_FN void makeCandidates(const int64_t* t, int B, int n, int64_t V, int32_t* ca
                                                : (int32_t)(fxSplitmix(&s) % (uint64_t)V);
     }
   }
+}
+
+/* The same with acc_b = b % n (checkWalk's want_acc). */
+GT_FN void makeCandidates(const int64_t* t, int B, int n, int64_t V, int32_t* cand) {
+  makeCandidatesShift(t, B, n, V, 0, cand);
 }
 
 /* The outputs of one dpsVerifyChain call, downloaded. */
