@@ -168,6 +168,25 @@ int vrReplay(VrGroup* g, int rank) {
   return vrBarrier(g);
 }
 
+int vrRunWithBuffers(VrGroup* g, int rank, VrEnqueue alloc, VrEnqueue run,
+                     void (*release)(void* ctx), void* ctx) {
+  if (vrBarrier(g)) return 1;
+  if (alloc(g, rank, ctx)) {
+    vrCount(g, 0);
+    vrAbort(g);
+    return 1;
+  }
+  if (vrBarrier(g)) return 1;
+  if (run(g, rank, ctx)) {
+    vrAbort(g);
+    cudaStreamSynchronize(g->r[rank].s);
+    return 1;
+  }
+  if (vrBarrier(g)) return 1;
+  release(ctx);
+  return 0;
+}
+
 int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what) {
   void* out = NULL;
   int32_t *po = NULL, *aio = NULL, *alo = NULL;

@@ -174,6 +174,14 @@ int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what);
 typedef int (*VrEnqueue)(VrGroup* g, int rank, void* ctx);
 int vrCaptureOps(VrGroup* g, int rank, VrEnqueue fn, void* ctx);
 int vrReplay(VrGroup* g, int rank);
+/* A body with device buffers of its own (ctx: the scenario's): alloc, run,
+ * release, each rank on its thread. Allocates and frees only while no rank
+ * has work in flight (cudaFree waits for the device, where a peer's kernel
+ * may wait for this rank); an alloc failure counts as a failed check; after
+ * a failure of run the group is aborted and the buffers leak (freeing could
+ * wait for an aborted peer's kernel). Returns 1 on any failure. */
+int vrRunWithBuffers(VrGroup* g, int rank, VrEnqueue alloc, VrEnqueue run,
+                     void (*release)(void* ctx), void* ctx);
 
 /* ---- the runner (main thread) ----------------------------------------------------- */
 /* Creates the group (streams, buffers, the provider's group), sets the

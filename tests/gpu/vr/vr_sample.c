@@ -21,30 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vr_harness.h"
-#include "../sample_common.h"
+#include "vr_data.h"
 
-#define SMP_VR_ROWS 48
-#define SMP_VR_V (840 * 40)
 #define SMP_VR_SUB0 5
 #define SMP_VR_SUBN 17
 
-enum { SET_A, SET_B, SET_S, NSETS };
-
-typedef struct {
-  int ready, failed;
-  smpHost h[2];        /* A and B: the same logits, different parameters */
-  smpSpec spec[NSETS]; /* A, B: arrays; S: scalars */
-  int64_t rtok[NSETS][SMP_VR_ROWS];
-  float rlp[NSETS][SMP_VR_ROWS];
-  unsigned char clear[NSETS][SMP_VR_ROWS]; /* S: rows whose token is clear of top-p's boundary */
-  int have_base;
-  int64_t btok[NSETS][SMP_VR_ROWS]; /* the tp = 1 result */
-  float blp[NSETS][SMP_VR_ROWS];
-} SmpData;
-
+const dpsDataType_t kVrDtypes[3] = {dpsFloat32, dpsBfloat16, dpsFloat16};
 static SmpData g_smp[3]; /* per dtype: fp32, bf16, fp16 */
-static const dpsDataType_t kSmpDtypes[3] = {dpsFloat32, dpsBfloat16, dpsFloat16};
 static dpsSampleStats_t g_smp_delta[VR_MAX_TP]; /* the ranks' path counters in a group */
 
 static int smpDataInit(SmpData* d, dpsDataType_t dt, int di) {
@@ -75,6 +58,11 @@ static int smpDataInit(SmpData* d, dpsDataType_t dt, int di) {
   }
   d->failed = 0;
   return 0;
+}
+
+SmpData* vrSampleData(int di) {
+  SmpData* d = &g_smp[di];
+  return smpDataInit(d, kVrDtypes[di], di) ? NULL : d;
 }
 
 typedef struct {
@@ -192,33 +180,30 @@ static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
   return 0;
 }
 
-static int bodySample(VrGroup* g, int rank, const void* argp) {
-  const SmpArg* arg = (const SmpArg*)argp;
-  SmpData* d = &g_smp[arg->di];
+typedef struct {
+  SmpData* d;
   smpDev dev;
-  memset(&dev, 0, sizeof dev);
-  /* allocate and free only while no rank has work in flight (cudaFree
-   * waits for the device, where a peer's kernel may wait for this rank) */
-  if (vrBarrier(g)) return 1;
-  if (smpDevAlloc(&dev, SMP_VR_ROWS, g->v_local, g->cfg.dtype)) {
-    vrCount(g, 0);
-    vrAbort(g);
-    return 1;
-  }
-  if (vrBarrier(g)) return 1;
-  const int rc = bodySampleRun(g, rank, d, &dev);
-  if (rc) {
-    vrAbort(g);
-    cudaStreamSynchronize(g->r[rank].s);
-    return 1; /* dev leaks: freeing could wait for an aborted peer's kernel */
-  }
-  if (vrBarrier(g)) return 1;
-  smpDevFree(&dev);
-  return 0;
+} SmpBody;
+
+static int smpAlloc(VrGroup* g, int rank, void* p) {
+  (void)rank;
+  return smpDevAlloc(&((SmpBody*)p)->dev, SMP_VR_ROWS, g->v_local, g->cfg.dtype);
+}
+static int smpRun(VrGroup* g, int rank, void* p) {
+  SmpBody* b = (SmpBody*)p;
+  return bodySampleRun(g, rank, b->d, &b->dev);
+}
+static void smpRelease(void* p) { smpDevFree(&((SmpBody*)p)->dev); }
+
+static int bodySample(VrGroup* g, int rank, const void* argp) {
+  SmpBody b;
+  memset(&b, 0, sizeof b);
+  b.d = &g_smp[((const SmpArg*)argp)->di];
+  return vrRunWithBuffers(g, rank, smpAlloc, smpRun, smpRelease, &b);
 }
 
 static void smpRunOne(VrTally* t, int tp, int backend, int di) {
-  VrCfg c = {kSmpDtypes[di], SMP_VR_V / tp, 1, SMP_VR_ROWS, VR_GATHER_LL, 1, VR_LL_DEFAULT, 0};
+  VrCfg c = {kVrDtypes[di], SMP_VR_V / tp, 1, SMP_VR_ROWS, VR_GATHER_LL, 1, VR_LL_DEFAULT, 0};
   SmpArg arg = {di};
   vrRunGroup(t, tp, backend, &c, 1, tp + di, bodySample, &arg, "sample");
 }
@@ -226,9 +211,9 @@ static void smpRunOne(VrTally* t, int tp, int backend, int di) {
 void vrRunSample(VrTally* t, int tp, int backend) {
   const int di = (tp + backend) % 3;
   SmpData* d = &g_smp[di];
-  if (smpDataInit(d, kSmpDtypes[di], di)) {
+  if (smpDataInit(d, kVrDtypes[di], di) || d->base_failed) {
     fprintf(stderr, "sample: no %s rows or no tp=1 result to compare with\n",
-            dpsDataTypeName(kSmpDtypes[di]));
+            dpsDataTypeName(kVrDtypes[di]));
     t->failed++;
     return;
   }
@@ -238,12 +223,12 @@ void vrRunSample(VrTally* t, int tp, int backend) {
       const long before = t->failed;
       smpRunOne(t, 1, b, di);
       if (t->failed != before) {
-        d->failed = 1;
+        d->base_failed = 1; /* the data stay valid (scenario mixed) */
         return;
       }
       d->have_base = 1; /* a second backend compares with the first bit for bit */
     }
-    printf("  sample %s: tp=1 equal to the reference%s\n", dpsDataTypeName(kSmpDtypes[di]),
+    printf("  sample %s: tp=1 equal to the reference%s\n", dpsDataTypeName(kVrDtypes[di]),
            g_vr.backends == 3 ? ", nccl and onesided bit for bit" : "");
   }
   smpRunOne(t, tp, backend, di);

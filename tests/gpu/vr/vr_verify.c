@@ -20,33 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vr_harness.h"
-#include "../sample_common.h"
-#include "../verify_common.h"
-
-#define VFY_VR_REQS 12
-#define VFY_VR_N 4
-#define VFY_VR_ROWS (VFY_VR_REQS * VFY_VR_N)
-#define VFY_VR_V (840 * 40)
-#define VFY_VR_WORDS ((VFY_VR_V + 31) / 32)
-#define VFY_VR_CAP 6.0f
-
-typedef struct {
-  int ready, failed;
-  smpHost h;
-  ReqHost rq, rqm; /* rqm: the masked calls' (no top-p) */
-  fxSampleParams fp[VFY_VR_REQS];
-  uint32_t mask[VFY_VR_ROWS * VFY_VR_WORDS];
-  int32_t mcand[VFY_VR_ROWS]; /* masked: candidates from the reference */
-  int32_t rpr[VFY_VR_ROWS], rai[VFY_VR_ROWS], ral[VFY_VR_REQS];
-  float rlp[VFY_VR_ROWS];
-  int have_base; /* the first group's masked outputs */
-  int32_t bpr[VFY_VR_ROWS], bai[VFY_VR_ROWS], bal[VFY_VR_REQS];
-  float blp[VFY_VR_ROWS];
-} VfyData;
+#include "vr_data.h"
 
 static VfyData g_vfy[3];
-static const dpsDataType_t kVfyDtypes[3] = {dpsFloat32, dpsBfloat16, dpsFloat16};
 
 static int vfyDataInit(VfyData* d, dpsDataType_t dt, int di) {
   if (d->ready) return d->failed;
@@ -69,13 +45,21 @@ static int vfyDataInit(VfyData* d, dpsDataType_t dt, int di) {
   for (size_t w = 0; w < sizeof d->mask / 4; ++w)
     d->mask[w] = (uint32_t)fxSplitmix(&g) | (uint32_t)fxSplitmix(&g); /* ~3/4 allowed */
   memset(d->mask + 5 * VFY_VR_WORDS, 0, VFY_VR_WORDS * 4); /* row 5: nothing allowed */
-  int64_t t[VFY_VR_ROWS];
+  /* the tokens, then every row's logprob (candidates that accept every
+   * draft), then the outputs for mcand */
   memset(d->mcand, 0, sizeof d->mcand);
   fxVerifyInput in = {d->h.row, V, d->mcand, VFY_VR_REQS, VFY_VR_N, d->fp,
                       d->rq.seed, d->rq.offset, d->mask};
-  fxVerifyOutput out = {d->rpr, d->rai, d->ral, d->rlp, t};
+  fxVerifyOutput out = {d->rpr, d->rai, d->ral, d->rlp, d->rt};
   if (fxRefVerifyRows(&in, &out) != 0) return 1;
-  makeCandidates(t, VFY_VR_REQS, VFY_VR_N, V, d->mcand);
+  for (int k = 0; k < VFY_VR_ROWS; ++k)
+    d->mcand[k] = k % VFY_VR_N == 0 ? 0 : (int32_t)d->rt[k - 1];
+  out.logprob = d->rlp_all;
+  if (fxRefVerifyRows(&in, &out) != 0) return 1;
+  for (int b = 0; b < VFY_VR_REQS; ++b)
+    if (d->ral[b] != VFY_VR_N) return 1; /* every draft accepted: every row's logprob */
+  out.logprob = d->rlp;
+  makeCandidates(d->rt, VFY_VR_REQS, VFY_VR_N, V, d->mcand);
   if (fxRefVerifyRows(&in, &out) != 0) return 1;
   d->failed = 0;
   return 0;
@@ -162,47 +146,53 @@ static int bodyVerifyRun(VrGroup* g, int rank, VfyData* d, smpDev* dev, Req* q, 
   return 0;
 }
 
+VfyData* vrVerifyData(int di) {
+  VfyData* d = &g_vfy[di];
+  return vfyDataInit(d, kVrDtypes[di], di) ? NULL : d;
+}
+
 typedef struct {
   int di;
 } VfyArg;
 
-static int bodyVerify(VrGroup* g, int rank, const void* argp) {
-  VfyData* d = &g_vfy[((const VfyArg*)argp)->di];
+typedef struct {
+  VfyData* d;
   smpDev dev;
   Req q;
   Out o;
-  memset(&dev, 0, sizeof dev);
-  memset(&q, 0, sizeof q);
-  memset(&o, 0, sizeof o);
-  /* allocate and free only while no rank has work in flight */
-  if (vrBarrier(g)) return 1;
-  if (smpDevAlloc(&dev, VFY_VR_ROWS, g->v_local, g->cfg.dtype) ||
-      reqAlloc(&q, VFY_VR_REQS, VFY_VR_N, VFY_VR_WORDS) || outAlloc(&o, VFY_VR_ROWS)) {
-    vrCount(g, 0);
-    vrAbort(g);
-    return 1;
-  }
-  if (vrBarrier(g)) return 1;
-  const int rc = bodyVerifyRun(g, rank, d, &dev, &q, &o);
-  if (rc) {
-    vrAbort(g);
-    cudaStreamSynchronize(g->r[rank].s);
-    return 1; /* the buffers leak: freeing could wait for an aborted peer's kernel */
-  }
-  if (vrBarrier(g)) return 1;
-  smpDevFree(&dev), reqFree(&q), outFree(&o);
-  return 0;
+} VfyBody;
+
+static int vfyAlloc(VrGroup* g, int rank, void* p) {
+  VfyBody* b = (VfyBody*)p;
+  (void)rank;
+  return smpDevAlloc(&b->dev, VFY_VR_ROWS, g->v_local, g->cfg.dtype) ||
+         reqAlloc(&b->q, VFY_VR_REQS, VFY_VR_N, VFY_VR_WORDS) || outAlloc(&b->o, VFY_VR_ROWS);
+}
+static int vfyRun(VrGroup* g, int rank, void* p) {
+  VfyBody* b = (VfyBody*)p;
+  return bodyVerifyRun(g, rank, b->d, &b->dev, &b->q, &b->o);
+}
+static void vfyRelease(void* p) {
+  VfyBody* b = (VfyBody*)p;
+  smpDevFree(&b->dev), reqFree(&b->q), outFree(&b->o);
+}
+
+static int bodyVerify(VrGroup* g, int rank, const void* argp) {
+  VfyBody b;
+  memset(&b, 0, sizeof b);
+  b.d = &g_vfy[((const VfyArg*)argp)->di];
+  return vrRunWithBuffers(g, rank, vfyAlloc, vfyRun, vfyRelease, &b);
 }
 
 void vrRunVerify(VrTally* t, int tp, int backend) {
   const int di = (tp + 2 * backend) % 3;
   VfyData* d = &g_vfy[di];
-  if (vfyDataInit(d, kVfyDtypes[di], di)) {
-    fprintf(stderr, "verify: no %s rows or no reference\n", dpsDataTypeName(kVfyDtypes[di]));
+  if (vfyDataInit(d, kVrDtypes[di], di)) {
+    fprintf(stderr, "verify: no %s rows or no reference\n", dpsDataTypeName(kVrDtypes[di]));
     t->failed++;
     return;
   }
-  VrCfg c = {kVfyDtypes[di], VFY_VR_V / tp, VFY_VR_N, VFY_VR_REQS, VR_GATHER_LL, 1,
+  VrCfg c = {kVrDtypes[di], VFY_VR_V / tp, VFY_VR_N, VFY_VR_REQS, VR_GATHER_LL, 1,
              VR_LL_DEFAULT, 0};
   VfyArg arg = {di};
   const long before = t->failed;
