@@ -68,6 +68,13 @@
  *            rank's tokens and logprobs bit-identical to the tp = 1 result
  *            (both backends, computed first), tokens equal to
  *            fxRefSampleToken, the path counters equal on every rank.
+ *  verify    dpsVerifyChain (vr/vr_verify.c): sample + the host walk, and
+ *            with a mask and a soft-cap against the host reference.
+ *  mixed     (vr/vr_mixed.c) argmax with and without lse, sample, top-k and
+ *            verify interleaved on one communicator with no wait between
+ *            them: three eager rounds (one in the reverse order), then one
+ *            round captured in a graph and replayed twice with changed
+ *            parameters; every output against the host references.
  * Every creation and every destroy is checked too (a failure counts).
  *
  * Default: a reduced matrix for every tp in 2..8 and both backends (well
@@ -75,7 +82,8 @@
  * configuration also creates and destroys its communicators). DPS_VR_FULL=1
  * (or "full"): the full matrix.
  * Arguments (or environment): tp=2,5-8 (DPS_VR_TP), backend=nccl|onesided|
- * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select,sample,verify|all
+ * all (DPS_VR_BACKEND), scenario=shapes,runahead,graph,timeout,select,sample,verify,
+ * mixed|all
  * (DPS_VR_SCENARIO), full, small (= DPS_TEST_SMALL=1: skips shapes above
  * 1 Mi logits elements and lengthens the timeout, for compute-sanitizer).
  * DPS_VR_TIMEOUT_MS (default 2000, 20000 with small), DPS_VR_BLOCKS (grid
@@ -540,6 +548,7 @@ int main(int argc, char** argv) {
       if (g_vr.scenarios & VR_SC_SELECT) runSelect(&t, tp, b);
       if (g_vr.scenarios & VR_SC_SAMPLE) vrRunSample(&t, tp, b);
       if (g_vr.scenarios & VR_SC_VERIFY) vrRunVerify(&t, tp, b);
+      if (g_vr.scenarios & VR_SC_MIXED) vrRunMixed(&t, tp, b);
       printf("tp=%d %s: %ld passed, %ld failed", tp, vrBackendName(b), t.passed, t.failed);
       if (t.skipped) printf(", %ld shapes skipped (small)", t.skipped);
       if (b == VR_NCCL && (g_vr.scenarios & VR_SC_TIMEOUT))

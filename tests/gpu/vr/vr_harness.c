@@ -630,6 +630,7 @@ static int vrParseScenarios(const char* s) {
     else if (strcmp(tok, "select") == 0) g_vr.scenarios |= VR_SC_SELECT;
     else if (strcmp(tok, "sample") == 0) g_vr.scenarios |= VR_SC_SAMPLE;
     else if (strcmp(tok, "verify") == 0) g_vr.scenarios |= VR_SC_VERIFY;
+    else if (strcmp(tok, "mixed") == 0) g_vr.scenarios |= VR_SC_MIXED;
     else return -1;
   }
   return g_vr.scenarios ? 0 : -1;
@@ -652,7 +653,8 @@ static int vrUsage(const char* bad) {
   fprintf(stderr,
           "test_gpu_virtual_ranks: bad argument '%s'\n"
           "usage: test_gpu_virtual_ranks [tp=2,3|2-8] [backend=nccl|onesided|all] "
-          "[scenario=shapes,runahead,graph,timeout,select,sample|all] [full] [small]\n",
+          "[scenario=shapes,runahead,graph,timeout,select,sample,verify,mixed|all] [full] "
+          "[small]\n",
           bad);
   return 2;
 }

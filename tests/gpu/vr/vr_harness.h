@@ -30,11 +30,12 @@ enum {
   VR_SC_TIMEOUT = 8,
   VR_SC_SELECT = 16,
   VR_SC_SAMPLE = 32,
-  VR_SC_VERIFY = 64
+  VR_SC_VERIFY = 64,
+  VR_SC_MIXED = 128
 };
 #define VR_SC_ALL \
   (VR_SC_SHAPES | VR_SC_RUNAHEAD | VR_SC_GRAPH | VR_SC_TIMEOUT | VR_SC_SELECT | VR_SC_SAMPLE | \
-   VR_SC_VERIFY)
+   VR_SC_VERIFY | VR_SC_MIXED)
 /* the onesided gathers' protocol (DPSAMPLING_ONESIDED_GATHER_PROTO) */
 enum { VR_GATHER_LL = 0, VR_GATHER_LL128 = 1 };
 #define VR_LL_DEFAULT ((uint64_t)256 * 1024) /* the backend's default swap LL threshold */
@@ -200,5 +201,12 @@ void vrRunSample(VrTally* t, int tp, int backend);
 /* dpsVerifyChain at tp ranks: sample + the host walk bit for bit; with a mask
  * and a soft-cap, the host reference and the first group bit for bit. */
 void vrRunVerify(VrTally* t, int tp, int backend);
+
+/* ---- scenario mixed (vr_mixed.c) -------------------------------------------------- */
+/* argmax (with and without lse), sample, top-k and verify interleaved on one
+ * communicator without waiting between them, three eager rounds and a graph
+ * replayed with changed parameters, every output against the host
+ * references. */
+void vrRunMixed(VrTally* t, int tp, int backend);
 
 #endif /* DPS_VR_HARNESS_H_ */
