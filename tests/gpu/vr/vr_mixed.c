@@ -39,11 +39,12 @@
  * 154-word records or top-k's lists): indices, values and tokens come out
  * wrong and the checks above fail. Run back to back without
  * synchronization, the peers' stale lines are still in the staging when a
- * merge starts; scenarios select / sample / verify wait after every call
- * and repeat one operation, so a step paired with its predecessor of the
- * same operation on the same input could pass there. The same holds for a
- * verify output read after a later call overwrote it, or a graph replaying
- * parameters captured by value instead of the arrays' contents. */
+ * merge starts. What the one-operation scenarios (select, sample, verify)
+ * leave out: a step following a step of ANOTHER operation (other record
+ * sizes and row counts), several operations in flight at once, and a graph
+ * holding all of them. The checks also fail for a verify output read after
+ * a later call overwrote it, or a graph replaying parameter arrays captured
+ * by value instead of read at replay. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
