@@ -128,6 +128,7 @@ typedef struct dpsSelectCall {
   void* value;
   float* lse;
   const void* logits;
+  const dpsVerifyWalkArgs* walk; /* tp == 1: the pass walks these chains after the tokens (NULL: no) */
 } dpsSelectCall;
 
 /* One step of a shard reduction through the backend (kernels/records.h):

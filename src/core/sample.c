@@ -14,7 +14,7 @@
 /* ---- scratch ---------------------------------------------------------------------- */
 typedef struct {
   size_t state, partial, tickets, counters;
-  size_t tokens, token_lps, predict, accept_index, accept_length, logprobs; /* verify */
+  size_t tokens, token_lps, predict, accept_index, accept_length, logprobs, walk; /* verify */
   size_t bytes;
 } ScratchLayout;
 
@@ -36,7 +36,8 @@ static ScratchLayout scratchLayout(dpsComm_t comm) {
   L.accept_length = L.accept_index + dpsRoundUp(rows * sizeof(int32_t), 256);
   L.logprobs = L.accept_length +
                dpsRoundUp((size_t)comm->config.max_pad_bs * sizeof(int32_t), 256);
-  L.bytes = L.logprobs + rows * sizeof(float);
+  L.walk = L.logprobs + dpsRoundUp(rows * sizeof(float), 256);
+  L.bytes = L.walk + sizeof(unsigned int);
   return L;
 }
 
@@ -54,6 +55,7 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   s.accept_index = (int32_t*)(b + L.accept_index);
   s.accept_length = (int32_t*)(b + L.accept_length);
   s.logprobs = (float*)(b + L.logprobs);
+  s.walk_arrivals = (unsigned int*)(b + L.walk);
   return s;
 }
 
@@ -255,6 +257,8 @@ static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
   dpsOpCtx x;
   DPS_CHECK(dpsOpEnter(comm, op, stream, &x));
   dpsResult_t r;
+  /* tp == 1: the pass that writes the tokens walks in its last block */
+  const int one_kernel = after != NULL && comm->config.tp_size == 1;
   if (c->by_argmax) {
     dpsSelectCall sel;
     memset(&sel, 0, sizeof sel);
@@ -263,11 +267,13 @@ static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
     sel.vocab_limit = c->vocab_limit;
     sel.index = c->a.tokens;
     sel.logits = c->a.logits;
+    sel.walk = one_kernel ? after : NULL;
     r = dpsSelectSteps(comm, op, &sel, stream);
   } else {
+    if (one_kernel) c->a.walk = *after;
     r = runSample(comm, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
   }
-  if (r == dpsSuccess && after != NULL) {
+  if (r == dpsSuccess && after != NULL && !one_kernel) {
     const cudaError_t e = dpsLaunchVerifyWalk(&c->a, after, stream);
     if (e != cudaSuccess)
       r = dpsSetError(dpsCudaError, "%s: chain walk kernel launch (pad_bs=%d) failed: %s", op,
@@ -346,6 +352,10 @@ dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int
   w.accept_index = c.a.s.accept_index;
   w.accept_length = c.a.s.accept_length;
   w.logprobs = logprobs != NULL ? c.a.s.logprobs : NULL;
+  w.tokens = c.a.tokens;
+  w.token_lps = c.a.logprobs;
+  w.arrivals = c.a.s.walk_arrivals;
+  w.counters = c.a.s.counters;
   DPS_CHECK(runCall(comm, op, &c, &w, stream));
   *predict = w.predict;
   *accept_index = w.accept_index;

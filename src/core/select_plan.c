@@ -120,6 +120,7 @@ void dpsSelPlanStep(const dpsSelStep* s, const dpsRecSink* sink, int pdl, dpsSel
   const int sms = sink->max_blocks > 0 ? sink->max_blocks : s->sms;
   dpsSelPlanLocal(&s->call, s->rank, s->cols, sms, s->waves, pdl, a);
   a->sink = *sink;
+  if (s->call.walk != NULL && sink->kind == DPS_REC_NONE) a->walk = *s->call.walk;
 }
 
 void dpsSelPlanStepMerge(const dpsSelStep* s, const dpsRecSource* src, int pdl,

@@ -20,6 +20,7 @@
 #include "kernels/device.cuh"
 #include "kernels/sample_kernels.h"
 #include "kernels/shard_reduce.cuh"
+#include "kernels/verify_walk.cuh"
 #include "sample_rng.h"
 
 using namespace dpsos;
@@ -89,19 +90,6 @@ __device__ __forceinline__ int badArg(const RowP& q, uint32_t* bits) {
   return arg;
 }
 
-/* Counts an invalid call and, unless one is recorded and not yet read
- * (dpsCommGetSampleStats), records its first bad entry (one thread). */
-__device__ void recordInvalid(dpsSampleCounters* c, long long entry, int arg, uint32_t bits) {
-  atomicAdd(&c->invalid_calls, 1ull);
-  if (atomicCAS(&c->bad_seen, 0ull, 2ull) == 0ull) {
-    c->bad_row = entry;
-    c->bad_arg = arg;
-    c->bad_bits = bits;
-    __threadfence();
-    *(volatile unsigned long long*)&c->bad_seen = 1ull;
-  }
-}
-
 /* Whether the call has an invalid array entry (block-uniform). `report`:
  * this block counts the call and records the first such entry. */
 __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
@@ -122,7 +110,7 @@ __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
   if (bad != LLONG_MAX && report && threadIdx.x == 0) {
     uint32_t b = 0;
     const int arg = badArg(rowParams(a.p, bad * a.p.per_entry), &b);
-    recordInvalid(a.s.counters, bad, arg, b);
+    dpsRecordInvalid(a.s.counters, bad, arg, b);
   }
   __syncthreads();
   return bad != LLONG_MAX;
@@ -1340,6 +1328,9 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
     firstItem<X>(a, item, e);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
+  /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
+  if (a.walk.pad_bs > 0 && dpsWalkArrive(a.walk, 1u, gridDim.x) && !callInvalid(a, false))
+    dpsWalkRequests(a.walk);
 }
 
 /* The local pass of a search round or of the race (tp > 1): one block per
@@ -1483,47 +1474,13 @@ __global__ void __launch_bounds__(MERGE_THREADS) mergeKernel(const __grid_consta
 /* ---- dpsVerifyChain's chain walk ----------------------------------------------- */
 constexpr int WALK_THREADS = 256;
 
-/* Whether a candidate is outside [0, vocab) (block-uniform); the first one
- * is counted and recorded as callInvalid records a parameter. */
-__device__ bool candidatesInvalid(const dpsSampleArgs& a, const dpsVerifyWalkArgs& w) {
-  __shared__ long long s_bad;
-  if (threadIdx.x == 0) s_bad = LLONG_MAX;
-  __syncthreads();
-  const long long n = (long long)w.pad_bs * w.n;
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-    const int32_t c = w.candidates[i];
-    if (c < 0 || (long long)c >= w.vocab) atomicMin(&s_bad, i);
-  }
-  __syncthreads();
-  const long long bad = s_bad;
-  if (bad != LLONG_MAX && threadIdx.x == 0)
-    recordInvalid(a.s.counters, bad, DPS_SAMPLE_ARG_CANDIDATE, (uint32_t)w.candidates[bad]);
-  __syncthreads();
-  return bad != LLONG_MAX;
-}
-
-/* One block: request b's chain accepts draft i while it equals the token of
- * position i - 1 (docs/sampling.md); nothing is written for an invalid call
- * (a parameter: the first kernel counted it; a candidate: counted here). */
+/* tp > 1: one block after the last merge; nothing is written for an
+ * invalid call (a parameter: the first pass counted it; a candidate: counted
+ * by the walk). */
 __global__ void __launch_bounds__(WALK_THREADS) walkKernel(const __grid_constant__ dpsSampleArgs a,
                                                            const __grid_constant__ dpsVerifyWalkArgs w) {
   dpsPdlWait();
-  if (callInvalid(a, false) || candidatesInvalid(a, w)) return;
-  for (int b = threadIdx.x; b < w.pad_bs; b += blockDim.x) {
-    const long long r0 = (long long)b * w.n;
-    /* the first draft that differs from the token before it; the loads do
-     * not depend on each other (one round trip, not one per accepted draft) */
-    int acc = w.n - 1;
-    for (int i = w.n - 2; i >= 0; --i)
-      if (w.candidates[r0 + i + 1] != (int32_t)a.tokens[r0 + i]) acc = i;
-    for (int i = 0; i < w.n; ++i) {
-      const bool kept = i <= acc;
-      w.predict[r0 + i] = kept ? (int32_t)a.tokens[r0 + i] : 0;
-      w.accept_index[r0 + i] = kept ? (int32_t)(r0 + i) : -1;
-      if (w.logprobs) w.logprobs[r0 + i] = kept ? a.logprobs[r0 + i] : 0.f;
-    }
-    w.accept_length[b] = acc + 1;
-  }
+  if (!callInvalid(a, false)) dpsWalkRequests(w);
 }
 
 }  // namespace

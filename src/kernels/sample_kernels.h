@@ -26,6 +26,7 @@
 
 #include "dpsampling.h" /* DPS_SAMPLE_CANDIDATES */
 #include "kernels/records.h"
+#include "kernels/verify_walk.h" /* dpsSampleCounters, dpsVerifyWalkArgs */
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,15 +101,6 @@ DPS_SAMPLE_HD int dpsSampleBadParam(float temperature, float top_p, float min_p)
   return 0;
 }
 
-/* Device counters (dpsCommGetSampleStats), and the first invalid entry. */
-typedef struct {
-  unsigned long long rows_greedy, rows_fast, rows_exact, invalid_calls;
-  unsigned long long bad_seen; /* 1 once bad_* hold an entry the host has not read */
-  long long bad_row;
-  int bad_arg; /* DPS_SAMPLE_ARG_* */
-  uint32_t bad_bits; /* the value's bits (float) */
-} dpsSampleCounters;
-
 /* Scratch of a communicator (core/sample.c allocates it once). */
 typedef struct {
   void* state;              /* [max rows] x DPS_SAMPLE_STATE_BYTES */
@@ -122,6 +114,7 @@ typedef struct {
   int32_t* accept_index;    /* [max rows] */
   int32_t* accept_length;   /* [max_pad_bs] */
   float* logprobs;          /* [max rows] */
+  unsigned int* walk_arrivals; /* the walk's arrival count (dpsVerifyWalkArgs) */
 } dpsSampleScratch;
 
 typedef struct {
@@ -144,21 +137,12 @@ typedef struct {
   dpsRecSink sink;
   dpsRecSource src;
   int pdl;
+  dpsVerifyWalkArgs walk; /* tp == 1: the first pass walks in its last block (pad_bs 0: no walk) */
 } dpsSampleArgs;
 
-/* dpsVerifyChain's walk of every request's chain over the tokens (and
- * logprobs) the sample steps left in a->tokens (a->logprobs). */
-typedef struct {
-  const int32_t* candidates; /* [pad_bs, n], each in [0, vocab) */
-  int pad_bs, n;
-  long long vocab;
-  int32_t* predict;          /* [pad_bs, n] */
-  int32_t* accept_index;     /* [pad_bs, n] */
-  int32_t* accept_length;    /* [pad_bs] */
-  float* logprobs;           /* [pad_bs, n], NULL: not wanted */
-} dpsVerifyWalkArgs;
 
 cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
+/* tp > 1: the walk after the last merge (one block). */
 cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVerifyWalkArgs* w,
                                 cudaStream_t stream);
 cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream);

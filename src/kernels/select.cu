@@ -39,6 +39,7 @@
 #include <math.h>
 
 #include "kernels/device.cuh"
+#include "kernels/verify_walk.cuh"
 #include "kernels/select_kernels.h"
 #include "kernels/shard_reduce.cuh"
 
@@ -277,6 +278,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
     }
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
+  /* tp == 1 verify (greedy, tokens only): the block of the last row written walks */
+  if (a.walk.pad_bs > 0 && dpsWalkArrive(a.walk, 1u, (unsigned)a.rows)) dpsWalkRequests(a.walk);
 }
 
 /* ---- top-k local pass ------------------------------------------------------------ */

@@ -28,6 +28,7 @@
 
 #include "dpsampling.h" /* DPS_TOPK_MAX */
 #include "kernels/records.h"
+#include "kernels/verify_walk.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,7 @@ typedef struct {
   dpsRecSink sink;        /* the records (DPS_REC_NONE: the outputs) */
   dpsSelOut out;          /* DPS_REC_NONE */
   int pdl;
+  dpsVerifyWalkArgs walk; /* tp == 1 argmax: the last row's block walks (pad_bs 0: no walk) */
 } dpsSelLocalArgs;
 
 typedef struct {
