@@ -26,7 +26,8 @@ to host_us the loop filled the launch queue and host_us measures the device,
 so shrink the shape), ratio = host_us / copy_us, and whether ratio <= --target
 (default 0.8, issue 25). --csv PATH writes the rows. Exit status 0, or 3 with
 --enforce-target when an operation misses the target, 1 when a result is wrong
-(argmax, topk, swap and sample are checked against torch once, before timing).
+(checked once, before timing: argmax, topk, swap and sample against torch, the two
+gathers against their inputs, which tp = 1 returns as they are).
 
     PYTHONPATH=build/python python3 bench/host_time.py --csv bench/results/host_time.csv
 
@@ -124,6 +125,8 @@ def check(torch, comm, a, i, backend):
     _, idx = comm.argmax(x)
     _, tidx = comm.topk(x, a.topk)
     tok = comm.sample(x, temperature=0.0, seed=0, offset=0)
+    p, ai, al = comm.gather_verify_outputs(i["p"], i["ai"], i["al"], pad_bs=a.pad_bs)
+    lp = comm.gather_verify_logprobs(i["lp"], pad_bs=a.pad_bs)
     torch.cuda.synchronize()
     want = x.float().argmax(-1)
     if not torch.equal(swapped, x):
@@ -134,6 +137,11 @@ def check(torch, comm, a, i, backend):
         wrong.append("topk")
     if not torch.equal(tok, want):
         wrong.append("sample")
+    # tp = 1: the gathers return this rank's own values
+    if not (torch.equal(p, i["p"]) and torch.equal(ai, i["ai"]) and torch.equal(al, i["al"])):
+        wrong.append("gather_verify_outputs")
+    if not torch.equal(lp, i["lp"]):
+        wrong.append("gather_verify_logprobs")
     for w in wrong:
         print(f"# WRONG: {backend} {w} disagrees with torch", flush=True)
     return wrong

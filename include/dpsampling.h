@@ -256,7 +256,8 @@ DPS_API dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_erro
 /* Whether the next operation call on this communicator may block the host
  * thread: 1 while it is not prepared (the call may allocate, collectively)
  * or on the nccl backend (NCCL may connect lazily), 0 for a prepared
- * onesided communicator. A binding holding a lock such as Python's GIL can
+ * onesided communicator, and for a prepared one of tp_size 1 without
+ * installed collectives (nothing to exchange). A binding holding a lock such as Python's GIL can
  * keep it across a call that cannot block. Valid until the next call. */
 DPS_API dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
 

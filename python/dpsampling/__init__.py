@@ -652,121 +652,11 @@ class DpSamplingComm(_C.Comm):
             f"vocab_size={self.vocab_size}, backend={self.backend!r}, device=cuda:{self.cuda_device})"
         )
 
-    # -- greedy selection without moving the logits --------------------------
-    def argmax(self, local_logits, vocab_limit=None, return_logsumexp=False, *, out_value=None,
-               out_index=None, out_lse=None):
-        """Argmax of every row over the whole vocabulary, from this rank's
-        [rows, V/tp] shard (every rank passes the same rows): (values [rows]
-        in the logits dtype, indices int64 [rows]), the order of torch.max,
-        plus the row's logsumexp (fp32) with return_logsumexp=True, so the
-        token's logprob is value - lse. Ties go to the lower global index,
-        NaN never wins, columns at or beyond vocab_limit (global) are
-        excluded. The out_* tensors, when given, are written in place and
-        returned; the others are views of the communicator's persistent
-        outputs, valid until the next argmax() (no allocation per call). At
-        most 8 ranks (tp_size <= 8): more raise RuntimeError."""
-        return self._select(local_logits, -1, 0 if vocab_limit is None else _limit_arg(vocab_limit),
-                            out_value, out_index, out_lse, return_logsumexp)
-
-    def topk(self, local_logits, k, vocab_limit=None, *, out_values=None, out_indices=None):
-        """The k best of every row over the whole vocabulary, best first, from
-        this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,
-        indices int64 [rows, k]), the order of torch.topk and of argmax; the
-        same ranking rules as argmax. 1 <= k <= 64. out_values / out_indices,
-        when given, are written in place and returned; the others are views of
-        the communicator's persistent outputs, valid until the next topk()."""
-        if type(k) is not int or k > _INT32_MAX:
-            k = _int_arg("k", k)  # TypeError / ValueError naming k
-        if k < 1:  # the binding's _select takes k < 0 for argmax
-            raise ValueError(f"k={k} must be >= 1 (argmax() for the best one)")
-        return self._select(local_logits, k, 0 if vocab_limit is None else _limit_arg(vocab_limit),
-                            out_values, out_indices, None, False)
-
-    # -- sampling without moving the logits ---------------------------------
-    def sample(self, local_logits, *, temperature, seed, offset, top_k=None, top_p=None,
-               min_p=None, vocab_limit=None, return_logprobs=False, out=None,
-               out_logprobs=None):
-        """One token per row, drawn from this rank's [rows, V/tp] shard of the
-        rows (every rank passes its shard of the same rows and the same
-        parameters; every rank gets every row's token): int64 tokens [rows],
-        or (tokens, logprobs fp32 [rows]) with return_logprobs=True, the raw
-        log_softmax of the row at the token.
-
-        Every parameter is a number, the same for every row, or a 1-D tensor
-        [rows] on the logits' device: temperature, top_p, min_p float32;
-        top_k int32 or int64; seed and offset int64 (its bits are the uint64
-        values; a Python int may be in [-2^63, 2^64) and is taken mod 2^64).
-        None turns a filter off (top_k <= 0, top_p = 1 and min_p = 0 do too).
-        temperature 0 is greedy. The semantics (vLLM's filter order, exactly
-        k kept for top-k, the Gumbel race on Philox noise keyed by seed,
-        offset and the global index) are in docs/sampling.md. out /
-        out_logprobs, when given, are written in place and returned; without
-        them the outputs are views of the communicator's persistent outputs,
-        valid until the next sample(). Either way the call allocates nothing
-        (after the first call without out=) and is capturable in a CUDA graph
-        as it is, with the parameter tensors read at replay. Invalid scalars
-        raise ValueError naming them; an invalid entry of a parameter tensor
-        is found on the device: that call writes nothing and sample_stats()
-        reports it. At most 8 ranks (tp_size <= 8, as for argmax and topk):
-        more raise RuntimeError."""
-        params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
-        limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
-        if out_logprobs is not None and not return_logprobs:
-            raise ValueError("out_logprobs is given but return_logprobs=False; pass "
-                             "return_logprobs=True to have the logprobs written")
-        if not hasattr(local_logits, "dim"):
-            raise TypeError(f"local_logits must be a torch.Tensor, got "
-                            f"{type(local_logits).__name__}")
-        return self._sample(local_logits, limit, *params, out, out_logprobs,
-                            bool(return_logprobs))
-
-    # -- speculative verify without moving the logits -------------------------
-    def verify_chain(self, local_logits, candidates, *, pad_bs, temperature, seed, offset,
-                     top_k=None, top_p=None, min_p=None, vocab_limit=None, vocab_mask=None,
-                     softcap=None, return_logprobs=False):
-        """The whole data-parallel chain verify (swap_batch_vocab, a verify
-        of the full rows, gather_verify_outputs) in one call on this rank's
-        [pad_bs*N, V/tp] shard (N = num_tokens_per_req; every rank passes
-        its shard of the same rows and the same arguments; pad_bs need not
-        be a multiple of tp_size): (predict, accept_index, accept_length),
-        plus logprobs with return_logprobs=True, the full batch's outputs on
-        every rank.
-
-        Row b*N + j is request b's position j; every row is drawn as sample()
-        draws it, with request b's parameters and offset[b] + j; then each
-        request's chain is walked (docs/sampling.md, "The walk and its outputs"):
-        candidates int32 [pad_bs, N] on the device holds request b's last
-        accepted token (column 0, not read) and its N-1 drafts; draft i is
-        accepted while it equals the token of row b*N + i-1.
-        predict / accept_index int32 [pad_bs, N], accept_length int32
-        [pad_bs] (the bonus token counted), logprobs fp32 [pad_bs, N] (the
-        raw log_softmax of the capped, masked row at each predict entry):
-        unused entries are 0 (predict, logprobs) or -1 (accept_index);
-        accept_index holds flat row indices b*N + j. They are views of the
-        communicator's persistent buffers, valid until the next
-        verify_chain() call.
-
-        temperature, top_k, top_p, min_p, seed, offset, vocab_limit: as in
-        sample(), but a tensor holds pad_bs entries, one per request.
-        vocab_mask: None, or int32 [pad_bs*N, ceil(vocab_size/32)] on the
-        device, the full-vocabulary mask of each row on every rank: bit i % 32
-        of word i // 32 set = token i allowed. softcap: None or 0 (off), or
-        c > 0 finite: every logit l becomes c * tanh(l / c) (fp32) before
-        the mask and everything else. Invalid scalars raise ValueError naming
-        them; wrong tensor shapes, dtypes or devices raise ValueError /
-        TypeError naming the argument; an invalid entry of a parameter tensor
-        is found on the device (nothing written, counted in sample_stats()).
-        At most 8 ranks (tp_size <= 8): more raise RuntimeError."""
-        if type(pad_bs) is not int or not -_INT32_MAX <= pad_bs <= _INT32_MAX:
-            pad_bs = _int_arg("pad_bs", pad_bs)  # TypeError / ValueError naming pad_bs
-        params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
-        limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
-        softcap = _softcap_arg(softcap)
-        if not hasattr(local_logits, "dim"):
-            raise TypeError(f"local_logits must be a torch.Tensor, got "
-                            f"{type(local_logits).__name__}")
-        return self._verify_chain(local_logits, candidates, pad_bs, limit, *params, vocab_mask,
-                                  softcap, bool(return_logprobs))
+    # argmax, topk, sample and verify_chain are the extension's methods
+    # (Comm): their common argument types are taken in C, everything else
+    # goes through _int_arg, _limit_arg, _sample_args and _verify_args
+    # (registered below), which raise this module's errors. So an eager call
+    # runs no Python frame of ours.
 
     def __enter__(self):
         return self
@@ -774,6 +664,46 @@ class DpSamplingComm(_C.Comm):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+# --------------------------------------------------------------------------
+# the methods' arguments beyond their common types (the extension calls these,
+# in the order of its checks; registered with _set_arg_helpers below)
+
+
+def _sample_args(local_logits, temperature, seed, offset, top_k, top_p, min_p, vocab_limit,
+                 return_logprobs, out_logprobs):
+    """sample()'s arguments: (vocab_limit, temperature, top_k, top_p, min_p,
+    seed, offset, want_logprobs), or the error naming the first bad one."""
+    params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
+    limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
+    if out_logprobs is not None and not return_logprobs:
+        raise ValueError("out_logprobs is given but return_logprobs=False; pass "
+                         "return_logprobs=True to have the logprobs written")
+    if not hasattr(local_logits, "dim"):
+        raise TypeError(f"local_logits must be a torch.Tensor, got "
+                        f"{type(local_logits).__name__}")
+    return (limit, *params, bool(return_logprobs))
+
+
+def _verify_args(local_logits, pad_bs, temperature, seed, offset, top_k, top_p, min_p,
+                 vocab_limit, softcap, return_logprobs):
+    """verify_chain()'s arguments: (pad_bs, vocab_limit, temperature, top_k,
+    top_p, min_p, seed, offset, softcap, want_logprobs), or the error naming
+    the first bad one."""
+    if type(pad_bs) is not int or not -_INT32_MAX <= pad_bs <= _INT32_MAX:
+        pad_bs = _int_arg("pad_bs", pad_bs)  # TypeError / ValueError naming pad_bs
+    params = _sample_params(temperature, seed, offset, top_k, top_p, min_p)
+    limit = 0 if vocab_limit is None else _limit_arg(vocab_limit)
+    softcap = _softcap_arg(softcap)
+    if not hasattr(local_logits, "dim"):
+        raise TypeError(f"local_logits must be a torch.Tensor, got "
+                        f"{type(local_logits).__name__}")
+    return (pad_bs, limit, *params, softcap, bool(return_logprobs))
+
+
+_C._set_arg_helpers({"int_arg": _int_arg, "limit": _limit_arg, "sample": _sample_args,
+                     "verify_chain": _verify_args})
 
 
 # --------------------------------------------------------------------------

@@ -118,6 +118,13 @@ int dt_of_torch(PyObject* dtype);
 /* torch, loaded on first use */
 extern PyObject* t_from_dlpack; /* torch._C._from_dlpack */
 extern PyObject* t_empty;       /* torch.empty */
+extern PyTypeObject* t_tensor_type; /* torch.Tensor (NULL until torch_load) */
+
+/* Whether o is a torch.Tensor (or a subclass): after torch_load only; before,
+ * 0 (the callers then take their general path). */
+static inline int is_tensor(PyObject* o) {
+  return t_tensor_type != NULL && PyObject_TypeCheck(o, t_tensor_type);
+}
 
 int torch_load(void);
 /* torch's current stream on `device` (works inside CUDA graph capture). */
@@ -162,6 +169,19 @@ int pad_bs_arg(PyObject* o, long dflt, int* pad_bs);
  * the argument (borrowed) or NULL when not given. 0, or -1 with TypeError. */
 int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
               Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
+/* fast_args where only the first npos parameters may be given by position
+ * (the rest keyword-only). */
+int fast_args_pos(const char* fname, const char* const* names, int nreq, int npos,
+                  PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
+
+/* The package's argument normalizers (dpsampling/__init__.py registers them
+ * with _set_arg_helpers): the public methods argmax, topk, sample and
+ * verify_chain take their common argument types in C and hand anything else
+ * to these, which raise the package's errors or return the normalized
+ * values (module.c). helper(name) is borrowed, or NULL with RuntimeError
+ * when none is registered. */
+extern PyObject* g_arg_helpers;
+PyObject* arg_helper(const char* name);
 
 /* ------------------------------------------------------------------------- */
 /* Refcounted C objects (nccl_group.c: SharedNccl; comm.c: Handle)            */
@@ -380,6 +400,19 @@ PyObject* comm_gather_outputs(CommObject* self, PyObject* const* args, Py_ssize_
 PyObject* comm_gather_logprobs(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
                                PyObject* kw);
 PyObject* comm_select(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* comm_argmax(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* comm_topk(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* comm_sample_m(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* comm_verify_chain_m(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kw);
+extern const char doc_argmax[], doc_topk[], doc_sample[], doc_verify_chain[];
+/* Module functions of the CPU tests: sample()'s and verify_chain()'s
+ * arguments as the methods normalize them (sample.c). */
+PyObject* m_test_sample_args(PyObject* m, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+PyObject* m_test_verify_args(PyObject* m, PyObject* const* args, Py_ssize_t nargs, PyObject* kw);
+/* vocab_limit for _select / _sample / _verify_chain (a new reference): None -> 0,
+ * an int >= 1 as it is, else the package's _limit_arg (ops.c). */
+PyObject* limit_value(PyObject* o);
 PyObject* comm_sample(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
 PyObject* comm_verify_chain(CommObject* self, PyObject* const* args, Py_ssize_t nargs);
 

@@ -560,6 +560,10 @@ static PyMethodDef comm_methods[] = {
      "else None). Waits for the sampling work already enqueued: not for the hot path."},
     {"_create", (PyCFunction)comm_create, METH_VARARGS, NULL},
     {"_set_collectives", (PyCFunction)comm_set_collectives, METH_VARARGS, NULL},
+    KW_METHOD("argmax", comm_argmax, doc_argmax),
+    KW_METHOD("topk", comm_topk, doc_topk),
+    KW_METHOD("sample", comm_sample_m, doc_sample),
+    KW_METHOD("verify_chain", comm_verify_chain_m, doc_verify_chain),
     KW_METHOD("swap_batch_vocab", comm_swap,
               "swap_batch_vocab($self, /, local_logits, pad_bs=None)\n--\n\n"
               "[pad_bs*N, V/tp] logits -> this rank's [pad_bs/tp*N, V] rows (a view of the "

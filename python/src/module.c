@@ -254,6 +254,29 @@ static PyObject* m_set_group_registry(PyObject* m, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+PyObject* g_arg_helpers = NULL; /* dict name -> callable, from _set_arg_helpers */
+
+static PyObject* m_set_arg_helpers(PyObject* m, PyObject* arg) {
+  (void)m;
+  if (!PyDict_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "_set_arg_helpers takes a dict of callables");
+    return NULL;
+  }
+  Py_INCREF(arg);
+  Py_XSETREF(g_arg_helpers, arg);
+  Py_RETURN_NONE;
+}
+
+PyObject* arg_helper(const char* name) {
+  PyObject* f = g_arg_helpers != NULL ? PyDict_GetItemString(g_arg_helpers, name) : NULL;
+  if (f == NULL)
+    PyErr_Format(PyExc_RuntimeError,
+                 "dpsampling: the argument helper '%s' is not registered (import dpsampling, "
+                 "which registers it, instead of using the extension alone)",
+                 name);
+  return f;
+}
+
 static PyObject* m_last_error(PyObject* m, PyObject* unused) {
   (void)m;
   (void)unused;
@@ -293,6 +316,9 @@ static PyMethodDef module_methods[] = {
      "work has finished (dpsReleasePending); returns how many still wait. Call it outside CUDA "
      "graph capture on this thread."},
     {"_set_group_registry", m_set_group_registry, METH_VARARGS, NULL},
+    {"_set_arg_helpers", m_set_arg_helpers, METH_O, NULL},
+    KW_METHOD("_test_sample_args", m_test_sample_args, NULL),
+    KW_METHOD("_test_verify_args", m_test_verify_args, NULL),
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_dpsampling",

@@ -361,3 +361,117 @@ PyObject* comm_select(CommObject* self, PyObject* const* args, Py_ssize_t nargs)
   }
   return comm_run(self, k >= 0 ? "topk" : "argmax", select_body, args);
 }
+
+/* ------------------------------------------------------------------------- */
+/* argmax, topk: the public methods                                           */
+
+/* vocab_limit as _select takes it (a new reference): None -> 0; an int >= 1
+ * as it is (the library checks it against V); anything else through the
+ * package's _limit_arg (int-like objects; the errors). */
+PyObject* limit_value(PyObject* o) {
+  if (o == NULL || o == Py_None) return PyLong_FromLong(0);
+  if (PyLong_CheckExact(o)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    if (!overflow && v >= 1) {
+      Py_INCREF(o);
+      return o;
+    }
+  }
+  PyObject* f = arg_helper("limit");
+  return f != NULL ? PyObject_CallOneArg(f, o) : NULL;
+}
+
+static PyObject* select_run(CommObject* self, const char* op, PyObject* x, long k, PyObject* limit,
+                            PyObject* value, PyObject* index, PyObject* lse, PyObject* want_lse) {
+  PyObject* kk = PyLong_FromLong(k);
+  if (kk == NULL) return NULL;
+  PyObject* a[SEL_NARGS];
+  a[SEL_X] = x;
+  a[SEL_K] = kk;
+  a[SEL_LIMIT] = limit;
+  a[SEL_VALUE] = value != NULL ? value : Py_None;
+  a[SEL_INDEX] = index != NULL ? index : Py_None;
+  a[SEL_LSE] = lse != NULL ? lse : Py_None;
+  a[SEL_WANT_LSE] = want_lse != NULL ? want_lse : Py_False;
+  PyObject* r = comm_run(self, op, select_body, a);
+  Py_DECREF(kk);
+  return r;
+}
+
+const char doc_argmax[] =
+    "argmax($self, /, local_logits, vocab_limit=None, return_logsumexp=False, *, "
+    "out_value=None, out_index=None, out_lse=None)\n--\n\n"
+    "Argmax of every row over the whole vocabulary, from this rank's\n"
+    "[rows, V/tp] shard (every rank passes the same rows): (values [rows]\n"
+    "in the logits dtype, indices int64 [rows]), the order of torch.max,\n"
+    "plus the row's logsumexp (fp32) with return_logsumexp=True, so the\n"
+    "token's logprob is value - lse. Ties go to the lower global index,\n"
+    "NaN never wins, columns at or beyond vocab_limit (global) are\n"
+    "excluded. The out_* tensors, when given, are written in place and\n"
+    "returned; the others are views of the communicator's persistent\n"
+    "outputs, valid until the next argmax() (no allocation per call). At\n"
+    "most 8 ranks (tp_size <= 8): more raise RuntimeError.";
+
+PyObject* comm_argmax(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
+  static const char* const names[] = {"local_logits", "vocab_limit", "return_logsumexp",
+                                      "out_value",    "out_index",   "out_lse",
+                                      NULL};
+  PyObject* a[6];
+  if (fast_args_pos("argmax", names, 1, 3, args, nargs, kw, a) != 0) return NULL;
+  PyObject* limit = limit_value(a[1]);
+  if (limit == NULL) return NULL;
+  PyObject* r = select_run(self, "argmax", a[0], -1, limit, a[3], a[4], a[5], a[2]);
+  Py_DECREF(limit);
+  return r;
+}
+
+const char doc_topk[] =
+    "topk($self, /, local_logits, k, vocab_limit=None, *, out_values=None, "
+    "out_indices=None)\n--\n\n"
+    "The k best of every row over the whole vocabulary, best first, from\n"
+    "this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,\n"
+    "indices int64 [rows, k]), the order of torch.topk and of argmax; the\n"
+    "same ranking rules as argmax. 1 <= k <= 64. out_values / out_indices,\n"
+    "when given, are written in place and returned; the others are views of\n"
+    "the communicator's persistent outputs, valid until the next topk().";
+
+PyObject* comm_topk(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
+  static const char* const names[] = {"local_logits", "k", "vocab_limit", "out_values",
+                                      "out_indices", NULL};
+  PyObject* a[5];
+  if (fast_args_pos("topk", names, 2, 3, args, nargs, kw, a) != 0) return NULL;
+  /* k: an int up to INT32_MAX as it is, else the package's _int_arg (int-like
+   * objects; TypeError / ValueError naming k); then k >= 1 (the binding's
+   * _select takes k < 0 for argmax) */
+  PyObject* k = a[1];
+  Py_INCREF(k);
+  int overflow = 0;
+  long long kv = 0;
+  if (PyLong_CheckExact(k)) {
+    kv = PyLong_AsLongLongAndOverflow(k, &overflow);
+    if (kv == -1 && PyErr_Occurred()) goto fail;
+  }
+  if (!PyLong_CheckExact(k) || overflow > 0 || kv > INT32_MAX) {
+    PyObject* f = arg_helper("int_arg");
+    PyObject* v = f != NULL ? PyObject_CallFunction(f, "sO", "k", k) : NULL;
+    if (v == NULL) goto fail;
+    Py_SETREF(k, v);
+    kv = PyLong_AsLongLongAndOverflow(k, &overflow);
+    if (kv == -1 && PyErr_Occurred()) goto fail;
+  }
+  if (overflow < 0 || kv < 1) {
+    PyErr_Format(PyExc_ValueError, "k=%R must be >= 1 (argmax() for the best one)", k);
+    goto fail;
+  }
+  Py_DECREF(k);
+  PyObject* limit = limit_value(a[2]);
+  if (limit == NULL) return NULL;
+  PyObject* r = select_run(self, "topk", a[0], (long)kv, limit, a[3], a[4], NULL, NULL);
+  Py_DECREF(limit);
+  return r;
+fail:
+  Py_DECREF(k);
+  return NULL;
+}

@@ -279,3 +279,393 @@ PyObject* comm_verify_chain(CommObject* self, PyObject* const* args, Py_ssize_t 
   }
   return comm_run(self, "verify_chain", verify_body, args);
 }
+
+/* ------------------------------------------------------------------------- */
+/* sample, verify_chain: the public methods                                   */
+
+/* The common types of the sampling parameters, taken as _sample_params
+ * (dpsampling/__init__.py) would normalize them; 0 when one is of another
+ * kind or out of range, for the package's helper to normalize (or raise,
+ * naming it) instead. q = (temperature, top_k, top_p, min_p, seed, offset)
+ * as given (NULL: not given), out the same order normalized, new
+ * references. */
+static PyObject* s_one_f = NULL;  /* 1.0: top_p off */
+static PyObject* s_zero_f = NULL; /* 0.0: min_p off, softcap off */
+
+static int fast_float(PyObject* o, PyObject* off, PyObject** out) {
+  if (o == NULL || o == Py_None) {
+    if (off == NULL) return 0; /* temperature: required, a number */
+    Py_INCREF(off);
+    *out = off;
+    return 1;
+  }
+  if (PyLong_CheckExact(o)) { /* float(int): the helper raises OverflowError */
+    const double d = PyLong_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return 0;
+    }
+  } else if (!PyFloat_CheckExact(o) && !is_tensor(o)) {
+    return 0;
+  }
+  Py_INCREF(o);
+  *out = o;
+  return 1;
+}
+
+/* top_k: an int in [-2^63, 2^63); seed, offset (wrap): an int in
+ * [-2^63, 2^64) taken mod 2^64. None (top_k only) -> 0. */
+static int fast_int(PyObject* o, int wrap, PyObject** out) {
+  if (o == NULL || o == Py_None) {
+    if (wrap) return 0;
+    *out = PyLong_FromLong(0);
+    return *out != NULL ? 1 : -1;
+  }
+  if (is_tensor(o)) {
+    Py_INCREF(o);
+    *out = o;
+    return 1;
+  }
+  if (!PyLong_CheckExact(o)) return 0;
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (overflow < 0 || (overflow > 0 && !wrap)) return 0;
+  if (overflow > 0) { /* [2^63, 2^64) as it is; beyond: the helper's ValueError */
+    (void)PyLong_AsUnsignedLongLong(o);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return 0;
+    }
+  } else if (wrap && v < 0) {
+    *out = PyLong_FromUnsignedLongLong((unsigned long long)v); /* v mod 2^64 */
+    return *out != NULL ? 1 : -1;
+  }
+  Py_INCREF(o);
+  *out = o;
+  return 1;
+}
+
+enum { Q_TEMP, Q_TOPK, Q_TOPP, Q_MINP, Q_SEED, Q_OFFSET, Q_COUNT };
+
+/* 1: every parameter normalized into out; 0: one is not of a common kind
+ * (out left empty); -1: error. */
+static int fast_params(PyObject* const* q, PyObject** out) {
+  if (s_one_f == NULL && ((s_one_f = PyFloat_FromDouble(1.0)) == NULL ||
+                          (s_zero_f = PyFloat_FromDouble(0.0)) == NULL))
+    return -1;
+  for (int i = 0; i < Q_COUNT; ++i) out[i] = NULL;
+  int r = 1;
+  /* the helper's order: temperature, top_p, min_p, top_k, seed, offset */
+  if (r == 1) r = fast_float(q[Q_TEMP], NULL, &out[Q_TEMP]);
+  if (r == 1) r = fast_float(q[Q_TOPP], s_one_f, &out[Q_TOPP]);
+  if (r == 1) r = fast_float(q[Q_MINP], s_zero_f, &out[Q_MINP]);
+  if (r == 1) r = fast_int(q[Q_TOPK], 0, &out[Q_TOPK]);
+  if (r == 1) r = fast_int(q[Q_SEED], 1, &out[Q_SEED]);
+  if (r == 1) r = fast_int(q[Q_OFFSET], 1, &out[Q_OFFSET]);
+  if (r != 1)
+    for (int i = 0; i < Q_COUNT; ++i) Py_CLEAR(out[i]);
+  return r;
+}
+
+/* The helper's tuple (or NULL) into out[0..n), new references. */
+static int unpack_helper(PyObject* t, PyObject** out, Py_ssize_t n, const char* name) {
+  if (t == NULL) return -1;
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n) {
+    PyErr_Format(PyExc_RuntimeError, "dpsampling: helper '%s' returned %R", name, t);
+    Py_DECREF(t);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyTuple_GET_ITEM(t, i);
+    Py_INCREF(out[i]);
+  }
+  Py_DECREF(t);
+  return 0;
+}
+
+const char doc_sample[] =
+    "sample($self, /, local_logits, *, temperature, seed, offset, top_k=None, top_p=None, "
+    "min_p=None, vocab_limit=None, return_logprobs=False, out=None, out_logprobs=None)\n--\n\n"
+    "One token per row, drawn from this rank's [rows, V/tp] shard of the\n"
+    "rows (every rank passes its shard of the same rows and the same\n"
+    "parameters; every rank gets every row's token): int64 tokens [rows],\n"
+    "or (tokens, logprobs fp32 [rows]) with return_logprobs=True, the raw\n"
+    "log_softmax of the row at the token.\n\n"
+    "Every parameter is a number, the same for every row, or a 1-D tensor\n"
+    "[rows] on the logits' device: temperature, top_p, min_p float32;\n"
+    "top_k int32 or int64; seed and offset int64 (its bits are the uint64\n"
+    "values; a Python int may be in [-2^63, 2^64) and is taken mod 2^64).\n"
+    "None turns a filter off (top_k <= 0, top_p = 1 and min_p = 0 do too).\n"
+    "temperature 0 is greedy. The semantics (vLLM's filter order, exactly\n"
+    "k kept for top-k, the Gumbel race on Philox noise keyed by seed,\n"
+    "offset and the global index) are in docs/sampling.md. out /\n"
+    "out_logprobs, when given, are written in place and returned; without\n"
+    "them the outputs are views of the communicator's persistent outputs,\n"
+    "valid until the next sample(). Either way the call allocates nothing\n"
+    "(after the first call without out=) and is capturable in a CUDA graph\n"
+    "as it is, with the parameter tensors read at replay. Invalid scalars\n"
+    "raise ValueError naming them; an invalid entry of a parameter tensor\n"
+    "is found on the device: that call writes nothing and sample_stats()\n"
+    "reports it. At most 8 ranks (tp_size <= 8, as for argmax and topk):\n"
+    "more raise RuntimeError.";
+
+/* sample()'s arguments, as the method takes them (NULL: not given). */
+enum { SA_X, SA_TEMP, SA_SEED, SA_OFFSET, SA_TOPK, SA_TOPP, SA_MINP, SA_LIMIT, SA_RETLP, SA_OUT,
+       SA_OUTLP, SA_N };
+/* Normalized: the params in Q order, then vocab_limit and want_logprobs. */
+enum { SN_LIMIT = Q_COUNT, SN_WANT, SN_N };
+
+/* sample()'s arguments normalized into n (new references), as the package's
+ * _sample_args does (its checks, in its order, raising its errors): the
+ * common types here, everything else through the helper. x_any: take any
+ * local_logits as a tensor (the CPU tests' hook, without torch). 0, or -1. */
+static int sample_norm(PyObject* const* a, PyObject** n, int x_any) {
+  PyObject* const q[Q_COUNT] = {a[SA_TEMP], a[SA_TOPK], a[SA_TOPP], a[SA_MINP], a[SA_SEED],
+                                a[SA_OFFSET]};
+  PyObject* rl = a[SA_RETLP] != NULL ? a[SA_RETLP] : Py_False;
+  PyObject* out_lp = a[SA_OUTLP] != NULL ? a[SA_OUTLP] : Py_None;
+  for (int i = 0; i < SN_N; ++i) n[i] = NULL;
+  int r = fast_params(q, n);
+  if (r < 0) return -1;
+  if (r == 1) {
+    PyObject* lim = a[SA_LIMIT];
+    if (lim == NULL || lim == Py_None || PyLong_CheckExact(lim)) {
+      /* an int < 1: limit_value's helper raises, as _limit_arg */
+      if ((n[SN_LIMIT] = limit_value(lim)) == NULL) goto fail;
+    } else {
+      r = 0;
+    }
+  }
+  int want = -1;
+  if (r == 1 && out_lp != Py_None) {
+    if ((want = PyObject_IsTrue(rl)) < 0) goto fail;
+    if (!want) {
+      PyErr_SetString(PyExc_ValueError,
+                      "out_logprobs is given but return_logprobs=False; pass "
+                      "return_logprobs=True to have the logprobs written");
+      goto fail;
+    }
+  }
+  if (r == 1 && !x_any && !is_tensor(a[SA_X])) r = 0; /* the helper's TypeError, or duck typing */
+  if (r == 1) {
+    if (want < 0 && (want = PyObject_IsTrue(rl)) < 0) goto fail;
+    n[SN_WANT] = want ? Py_True : Py_False;
+    Py_INCREF(n[SN_WANT]);
+    return 0;
+  }
+  for (int i = 0; i < SN_N; ++i) Py_CLEAR(n[i]);
+  /* -> (limit, temperature, top_k, top_p, min_p, seed, offset, want_lp) */
+  PyObject* f = arg_helper("sample");
+  PyObject* t = f == NULL ? NULL
+                          : PyObject_CallFunctionObjArgs(
+                                f, a[SA_X], q[Q_TEMP], q[Q_SEED], q[Q_OFFSET],
+                                q[Q_TOPK] ? q[Q_TOPK] : Py_None, q[Q_TOPP] ? q[Q_TOPP] : Py_None,
+                                q[Q_MINP] ? q[Q_MINP] : Py_None,
+                                a[SA_LIMIT] ? a[SA_LIMIT] : Py_None, rl, out_lp, NULL);
+  PyObject* u[SN_N];
+  if (unpack_helper(t, u, SN_N, "sample") != 0) return -1;
+  n[SN_LIMIT] = u[0];
+  for (int i = 0; i < Q_COUNT; ++i) n[i] = u[1 + i];
+  n[SN_WANT] = u[Q_COUNT + 1];
+  return 0;
+fail:
+  for (int i = 0; i < SN_N; ++i) Py_CLEAR(n[i]);
+  return -1;
+}
+
+static const char* const sample_names[] = {
+    "local_logits", "temperature",     "seed", "offset",       "top_k", "top_p", "min_p",
+    "vocab_limit",  "return_logprobs", "out",  "out_logprobs", NULL};
+
+PyObject* comm_sample_m(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
+  PyObject* a[SA_N];
+  if (fast_args_pos("sample", sample_names, 4, 1, args, nargs, kw, a) != 0) return NULL;
+  PyObject* n[SN_N];
+  if (sample_norm(a, n, 0) != 0) return NULL;
+  PyObject* o[S_NARGS];
+  o[S_X] = a[SA_X];
+  o[S_LIMIT] = n[SN_LIMIT];
+  o[S_TEMP] = n[Q_TEMP];
+  o[S_TOPK] = n[Q_TOPK];
+  o[S_TOPP] = n[Q_TOPP];
+  o[S_MINP] = n[Q_MINP];
+  o[S_SEED] = n[Q_SEED];
+  o[S_OFFSET] = n[Q_OFFSET];
+  o[S_OUT] = a[SA_OUT] != NULL ? a[SA_OUT] : Py_None;
+  o[S_OUT_LP] = a[SA_OUTLP] != NULL ? a[SA_OUTLP] : Py_None;
+  o[S_WANT_LP] = n[SN_WANT];
+  PyObject* ret = comm_run(self, "sample", sample_body, o);
+  for (int i = 0; i < SN_N; ++i) Py_DECREF(n[i]);
+  return ret;
+}
+
+/* _test_sample_args(same arguments as sample() without self; local_logits
+ * taken as a tensor whatever it is): what the method hands _sample, as
+ * (vocab_limit, temperature, top_k, top_p, min_p, seed, offset,
+ * want_logprobs), the helper's order: the CPU tests compare it with the
+ * package's _sample_args. */
+PyObject* m_test_sample_args(PyObject* m, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
+  (void)m;
+  PyObject* a[SA_N];
+  if (fast_args_pos("_test_sample_args", sample_names, 4, SA_N, args, nargs, kw, a) != 0)
+    return NULL;
+  PyObject* n[SN_N];
+  if (sample_norm(a, n, 1) != 0) return NULL;
+  PyObject* t = PyTuple_Pack(SN_N, n[SN_LIMIT], n[Q_TEMP], n[Q_TOPK], n[Q_TOPP], n[Q_MINP],
+                             n[Q_SEED], n[Q_OFFSET], n[SN_WANT]);
+  for (int i = 0; i < SN_N; ++i) Py_DECREF(n[i]);
+  return t;
+}
+
+const char doc_verify_chain[] =
+    "verify_chain($self, /, local_logits, candidates, *, pad_bs, temperature, seed, offset, "
+    "top_k=None, top_p=None, min_p=None, vocab_limit=None, vocab_mask=None, softcap=None, "
+    "return_logprobs=False)\n--\n\n"
+    "The whole data-parallel chain verify (swap_batch_vocab, a verify\n"
+    "of the full rows, gather_verify_outputs) in one call on this rank's\n"
+    "[pad_bs*N, V/tp] shard (N = num_tokens_per_req; every rank passes\n"
+    "its shard of the same rows and the same arguments; pad_bs need not\n"
+    "be a multiple of tp_size): (predict, accept_index, accept_length),\n"
+    "plus logprobs with return_logprobs=True, the full batch's outputs on\n"
+    "every rank.\n\n"
+    "Row b*N + j is request b's position j; every row is drawn as sample()\n"
+    "draws it, with request b's parameters and offset[b] + j; then each\n"
+    "request's chain is walked (docs/sampling.md, \"The walk and its outputs\"):\n"
+    "candidates int32 [pad_bs, N] on the device holds request b's last\n"
+    "accepted token (column 0, not read) and its N-1 drafts; draft i is\n"
+    "accepted while it equals the token of row b*N + i-1.\n"
+    "predict / accept_index int32 [pad_bs, N], accept_length int32\n"
+    "[pad_bs] (the bonus token counted), logprobs fp32 [pad_bs, N] (the\n"
+    "raw log_softmax of the capped, masked row at each predict entry):\n"
+    "unused entries are 0 (predict, logprobs) or -1 (accept_index);\n"
+    "accept_index holds flat row indices b*N + j. They are views of the\n"
+    "communicator's persistent buffers, valid until the next\n"
+    "verify_chain() call.\n\n"
+    "temperature, top_k, top_p, min_p, seed, offset, vocab_limit: as in\n"
+    "sample(), but a tensor holds pad_bs entries, one per request.\n"
+    "vocab_mask: None, or int32 [pad_bs*N, ceil(vocab_size/32)] on the\n"
+    "device, the full-vocabulary mask of each row on every rank: bit i % 32\n"
+    "of word i // 32 set = token i allowed. softcap: None or 0 (off), or\n"
+    "c > 0 finite: every logit l becomes c * tanh(l / c) (fp32) before\n"
+    "the mask and everything else. Invalid scalars raise ValueError naming\n"
+    "them; wrong tensor shapes, dtypes or devices raise ValueError /\n"
+    "TypeError naming the argument; an invalid entry of a parameter tensor\n"
+    "is found on the device (nothing written, counted in sample_stats()).\n"
+    "At most 8 ranks (tp_size <= 8): more raise RuntimeError.";
+
+/* verify_chain()'s arguments, as the method takes them (NULL: not given). */
+enum { VA_X, VA_CAND, VA_PAD, VA_TEMP, VA_SEED, VA_OFFSET, VA_TOPK, VA_TOPP, VA_MINP, VA_LIMIT,
+       VA_MASK, VA_SOFTCAP, VA_RETLP, VA_N };
+/* Normalized: the params in Q order, then pad_bs, vocab_limit, softcap,
+ * want_logprobs. */
+enum { VN_PAD = Q_COUNT, VN_LIMIT, VN_SOFTCAP, VN_WANT, VN_N };
+
+/* verify_chain()'s arguments normalized into n (new references), as the
+ * package's _verify_args does (x_any: as sample_norm). 0, or -1. */
+static int verify_norm(PyObject* const* a, PyObject** n, int x_any) {
+  PyObject* const q[Q_COUNT] = {a[VA_TEMP], a[VA_TOPK], a[VA_TOPP], a[VA_MINP], a[VA_SEED],
+                                a[VA_OFFSET]};
+  PyObject* rl = a[VA_RETLP] != NULL ? a[VA_RETLP] : Py_False;
+  PyObject* pad = a[VA_PAD];
+  for (int i = 0; i < VN_N; ++i) n[i] = NULL;
+  int r = 1;
+  if (PyLong_CheckExact(pad)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(pad, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < -(long long)INT32_MAX || v > INT32_MAX) r = 0;
+  } else {
+    r = 0;
+  }
+  if (r == 1) r = fast_params(q, n);
+  if (r < 0) return -1;
+  if (r == 1) {
+    PyObject* lim = a[VA_LIMIT];
+    if (lim == NULL || lim == Py_None || PyLong_CheckExact(lim)) {
+      if ((n[VN_LIMIT] = limit_value(lim)) == NULL) goto fail;
+    } else {
+      r = 0;
+    }
+  }
+  if (r == 1 && a[VA_SOFTCAP] != NULL && a[VA_SOFTCAP] != Py_None) r = 0; /* the helper's */
+  if (r == 1 && !x_any && !is_tensor(a[VA_X])) r = 0;
+  if (r == 1) {
+    const int want = PyObject_IsTrue(rl);
+    if (want < 0) goto fail;
+    Py_INCREF(pad);
+    n[VN_PAD] = pad;
+    Py_INCREF(s_zero_f);
+    n[VN_SOFTCAP] = s_zero_f;
+    n[VN_WANT] = want ? Py_True : Py_False;
+    Py_INCREF(n[VN_WANT]);
+    return 0;
+  }
+  for (int i = 0; i < VN_N; ++i) Py_CLEAR(n[i]);
+  /* -> (pad_bs, limit, temperature, top_k, top_p, min_p, seed, offset, softcap, want_lp) */
+  PyObject* f = arg_helper("verify_chain");
+  PyObject* t = f == NULL ? NULL
+                          : PyObject_CallFunctionObjArgs(
+                                f, a[VA_X], pad, q[Q_TEMP], q[Q_SEED], q[Q_OFFSET],
+                                q[Q_TOPK] ? q[Q_TOPK] : Py_None, q[Q_TOPP] ? q[Q_TOPP] : Py_None,
+                                q[Q_MINP] ? q[Q_MINP] : Py_None,
+                                a[VA_LIMIT] ? a[VA_LIMIT] : Py_None,
+                                a[VA_SOFTCAP] ? a[VA_SOFTCAP] : Py_None, rl, NULL);
+  PyObject* u[VN_N];
+  if (unpack_helper(t, u, VN_N, "verify_chain") != 0) return -1;
+  n[VN_PAD] = u[0];
+  n[VN_LIMIT] = u[1];
+  for (int i = 0; i < Q_COUNT; ++i) n[i] = u[2 + i];
+  n[VN_SOFTCAP] = u[2 + Q_COUNT];
+  n[VN_WANT] = u[3 + Q_COUNT];
+  return 0;
+fail:
+  for (int i = 0; i < VN_N; ++i) Py_CLEAR(n[i]);
+  return -1;
+}
+
+static const char* const verify_names[] = {
+    "local_logits", "candidates", "pad_bs",     "temperature", "seed",
+    "offset",       "top_k",      "top_p",      "min_p",       "vocab_limit",
+    "vocab_mask",   "softcap",    "return_logprobs", NULL};
+
+PyObject* comm_verify_chain_m(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kw) {
+  PyObject* a[VA_N];
+  if (fast_args_pos("verify_chain", verify_names, 6, 2, args, nargs, kw, a) != 0) return NULL;
+  PyObject* n[VN_N];
+  if (verify_norm(a, n, 0) != 0) return NULL;
+  PyObject* o[VC_NARGS];
+  o[VC_X] = a[VA_X];
+  o[VC_CAND] = a[VA_CAND];
+  o[VC_PAD] = n[VN_PAD];
+  o[VC_LIMIT] = n[VN_LIMIT];
+  o[VC_TEMP] = n[Q_TEMP];
+  o[VC_TOPK] = n[Q_TOPK];
+  o[VC_TOPP] = n[Q_TOPP];
+  o[VC_MINP] = n[Q_MINP];
+  o[VC_SEED] = n[Q_SEED];
+  o[VC_OFFSET] = n[Q_OFFSET];
+  o[VC_MASK] = a[VA_MASK] != NULL ? a[VA_MASK] : Py_None;
+  o[VC_SOFTCAP] = n[VN_SOFTCAP];
+  o[VC_WANT_LP] = n[VN_WANT];
+  PyObject* ret = comm_run(self, "verify_chain", verify_body, o);
+  for (int i = 0; i < VN_N; ++i) Py_DECREF(n[i]);
+  return ret;
+}
+
+/* _test_verify_args(the arguments of verify_chain() without self): the
+ * normalized (pad_bs, vocab_limit, temperature, top_k, top_p, min_p, seed,
+ * offset, softcap, want_logprobs), the helper's order (CPU tests). */
+PyObject* m_test_verify_args(PyObject* m, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
+  (void)m;
+  PyObject* a[VA_N];
+  if (fast_args_pos("_test_verify_args", verify_names, 6, VA_N, args, nargs, kw, a) != 0)
+    return NULL;
+  PyObject* n[VN_N];
+  if (verify_norm(a, n, 1) != 0) return NULL;
+  PyObject* t = PyTuple_Pack(VN_N, n[VN_PAD], n[VN_LIMIT], n[Q_TEMP], n[Q_TOPK], n[Q_TOPP],
+                             n[Q_MINP], n[Q_SEED], n[Q_OFFSET], n[VN_SOFTCAP], n[VN_WANT]);
+  for (int i = 0; i < VN_N; ++i) Py_DECREF(n[i]);
+  return t;
+}

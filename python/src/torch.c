@@ -7,6 +7,7 @@
 static int t_ready = 0;
 PyObject* t_from_dlpack = NULL;            /* torch._C._from_dlpack */
 PyObject* t_empty = NULL;                  /* torch.empty */
+PyTypeObject* t_tensor_type = NULL;        /* torch.Tensor */
 static PyObject* t_raw_stream = NULL;      /* torch._C._cuda_getCurrentRawStream, or NULL */
 static PyObject* t_current_stream = NULL;  /* torch.cuda.current_stream (fallback) */
 
@@ -44,6 +45,16 @@ int torch_load(void) {
     if (t_current_stream == NULL) goto out;
   }
   if ((t_empty = PyObject_GetAttrString(torch, "empty")) == NULL) goto out;
+  {
+    PyObject* tt = PyObject_GetAttrString(torch, "Tensor");
+    if (tt == NULL) goto out;
+    if (!PyType_Check(tt)) {
+      Py_DECREF(tt);
+      PyErr_SetString(PyExc_TypeError, "torch.Tensor is not a type");
+      goto out;
+    }
+    t_tensor_type = (PyTypeObject*)tt;
+  }
   for (int i = 0; i < DT_COUNT; ++i)
     if ((t_dtypes[i] = PyObject_GetAttrString(torch, g_dtypes[i].torch_name)) == NULL) goto out;
   t_ready = 1;
@@ -182,10 +193,20 @@ int pad_bs_arg(PyObject* o, long dflt, int* pad_bs) {
 
 int fast_args(const char* fname, const char* const* names, int nreq, PyObject* const* args,
               Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
+  return fast_args_pos(fname, names, nreq, -1, args, nargs, kwnames, out);
+}
+
+int fast_args_pos(const char* fname, const char* const* names, int nreq, int npos,
+                  PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
   int n = 0;
   while (names[n] != NULL) ++n;
   if (nargs > n) {
     PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+    return -1;
+  }
+  if (npos >= 0 && nargs > npos) { /* as Python counts them: self included */
+    PyErr_Format(PyExc_TypeError, "%s() takes %d positional argument%s but %zd were given", fname,
+                 npos + 1, npos == 0 ? "" : "s", nargs + 1);
     return -1;
   }
   for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;

@@ -642,3 +642,163 @@ def test_fallback_installed_without_warning(recwarn):
     assert _install_fallback(comm, get_global_backend(), (0, 1)) is get_global_backend()
     assert len(comm.calls) == 1
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# ---- argmax, topk, sample, verify_chain: C methods (issue 25, host time) ----------
+
+
+def test_shard_methods_are_the_extensions():
+    """The four methods are the extension's (no Python frame per eager call),
+    with the signatures the Python methods had."""
+    import inspect
+
+    C = dpsampling._dpsampling
+    want = {
+        "argmax": "(self, /, local_logits, vocab_limit=None, return_logsumexp=False, *, "
+                  "out_value=None, out_index=None, out_lse=None)",
+        "topk": "(self, /, local_logits, k, vocab_limit=None, *, out_values=None, "
+                "out_indices=None)",
+        "sample": "(self, /, local_logits, *, temperature, seed, offset, top_k=None, top_p=None, "
+                  "min_p=None, vocab_limit=None, return_logprobs=False, out=None, "
+                  "out_logprobs=None)",
+        "verify_chain": "(self, /, local_logits, candidates, *, pad_bs, temperature, seed, "
+                        "offset, top_k=None, top_p=None, min_p=None, vocab_limit=None, "
+                        "vocab_mask=None, softcap=None, return_logprobs=False)",
+    }
+    for name, sig in want.items():
+        assert getattr(DpSamplingComm, name) is getattr(C.Comm, name), name
+        assert str(inspect.signature(getattr(DpSamplingComm, name))) == sig, name
+        assert getattr(DpSamplingComm, name).__doc__, name
+
+
+class _Duck:
+    """Not a torch tensor, but it has dim(): the package lets it through to
+    the binding (which then reads its attributes)."""
+
+    def dim(self):
+        return 2
+
+
+def test_shard_methods_check_arguments_before_the_state():
+    """As before: the arguments' errors first (naming them), then the
+    communicator's state (an uncreated one: 'closed')."""
+    c = DpSamplingComm.__new__(DpSamplingComm)
+    x = _Duck()
+    with pytest.raises(TypeError, match="temperature must be a real number"):
+        c.sample(x, temperature=None, seed=0, offset=0)
+    with pytest.raises(ValueError, match=r"seed=18446744073709551616 is out of range"):
+        c.sample(x, temperature=0.5, seed=2**64, offset=0)
+    with pytest.raises(TypeError, match="local_logits must be a torch.Tensor, got object"):
+        c.sample(object(), temperature=0.5, seed=0, offset=0)
+    with pytest.raises(ValueError, match="out_logprobs is given but return_logprobs=False"):
+        c.sample(x, temperature=0.5, seed=0, offset=0, out_logprobs=x)
+    with pytest.raises(TypeError, match="positional"):
+        c.sample(x, 0.5, 0, 0)
+    with pytest.raises(TypeError, match="missing required argument 'temperature'"):
+        c.sample(x, seed=0, offset=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temp'"):
+        c.sample(x, temp=0.5, seed=0, offset=0)
+    with pytest.raises(ValueError, match=r"vocab_limit=0 must be in \[1, vocab_size\]"):
+        c.argmax(x, 0)
+    with pytest.raises(TypeError, match="vocab_limit must be an int"):
+        c.topk(x, 4, "all")
+    with pytest.raises(ValueError, match="k=2147483648 is out of range"):
+        c.topk(x, 2**31)
+    with pytest.raises(ValueError, match=r"k=-\d+ must be >= 1"):
+        c.topk(x, -(2**70))
+    with pytest.raises(TypeError, match="pad_bs must be an int"):
+        c.verify_chain(x, x, pad_bs="8", temperature=0.0, seed=0, offset=0)
+    with pytest.raises(ValueError, match="softcap=-1 must be None or 0"):
+        c.verify_chain(x, x, pad_bs=8, temperature=0.0, seed=0, offset=0, softcap=-1)
+    for call in (
+        lambda: c.argmax(x),
+        lambda: c.argmax(x, 5, True),
+        lambda: c.topk(x, 4),
+        lambda: c.topk(x, True, vocab_limit=7),
+        lambda: c.sample(x, temperature=0.7, seed=-1, offset=2**63, top_k=50, top_p=0.9),
+        lambda: c.verify_chain(x, x, pad_bs=8, temperature=0.0, seed=1, offset=2, softcap=30.0),
+    ):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+
+
+def _outcome(fn, **kw):
+    try:
+        return ("ok", fn(**kw))
+    except Exception as e:  # noqa: BLE001 - the type and message are compared
+        return (type(e), str(e))
+
+
+def _same(a, b):
+    if a[0] != "ok" or b[0] != "ok":
+        return a == b
+    if len(a[1]) != len(b[1]):
+        return False
+    for x, y in zip(a[1], b[1]):
+        if isinstance(x, float) or isinstance(y, float):
+            if not (float(x) == float(y) or (x != x and y != y)):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+_BIG = 2**2000
+_FLOATS = [0.7, 0, 1, -1.5, float("nan"), float("inf"), _BIG, True, "x", None]
+_INTS = [0, 1, 50, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, True, 1.5,
+         None, "x"]
+_LIMITS = [None, 1, 7, 0, -5, 2**63 - 1, 2**63, True, "x", 2.0]
+
+
+def _sample_cases():
+    base = dict(temperature=0.7, seed=1, offset=2)
+    cases = [dict(base)]
+    for v in _FLOATS:
+        cases += [dict(base, temperature=v), dict(base, top_p=v), dict(base, min_p=v)]
+    for v in _INTS:
+        cases += [dict(base, top_k=v), dict(base, seed=v), dict(base, offset=v)]
+    for v in _LIMITS:
+        cases.append(dict(base, vocab_limit=v))
+    for rl, ol in ((False, None), (True, None), (False, 1), (True, 1), (0, 1), (1, None)):
+        cases.append(dict(base, return_logprobs=rl, out_logprobs=ol))
+    cases.append(dict(base, temperature=None, seed=2**64))  # the first bad one is named
+    cases.append(dict(base, seed="x", vocab_limit=0))
+    return cases
+
+
+def test_sample_arguments_as_the_package_normalizes_them():
+    """The extension's sample() takes the common types itself and hands the
+    rest to dpsampling._sample_args: for every kind of value, what reaches
+    the library (or the error raised) is what the package's normalization
+    gives."""
+    C = dpsampling._dpsampling
+    x = _Duck()
+    for kw in _sample_cases():
+        py = dict(top_k=None, top_p=None, min_p=None, vocab_limit=None, return_logprobs=False,
+                  out_logprobs=None)
+        py.update(kw)
+        want = _outcome(dpsampling._sample_args, local_logits=x, **py)
+        got = _outcome(C._test_sample_args, local_logits=x, **kw)
+        assert _same(got, want), (kw, got, want)
+
+
+def test_verify_arguments_as_the_package_normalizes_them():
+    C = dpsampling._dpsampling
+    x = _Duck()
+    base = dict(pad_bs=8, temperature=0.0, seed=1, offset=2)
+    cases = [dict(base)]
+    for v in (8, -5, 2**31 - 1, 2**31, -(2**31), "8", True, 8.0):
+        cases.append(dict(base, pad_bs=v))
+    for v in (None, 0, 0.0, 30.0, -1, True, float("inf"), 1e-50, "x"):
+        cases.append(dict(base, softcap=v))
+    for kw in _sample_cases():
+        kw = dict(kw)
+        kw.pop("out_logprobs", None)
+        cases.append(dict(base, **kw))
+    for kw in cases:
+        py = dict(top_k=None, top_p=None, min_p=None, vocab_limit=None, softcap=None,
+                  return_logprobs=False)
+        py.update(kw)
+        want = _outcome(dpsampling._verify_args, local_logits=x, **py)
+        got = _outcome(C._test_verify_args, local_logits=x, candidates=x, **kw)
+        assert _same(got, want), (kw, got, want)

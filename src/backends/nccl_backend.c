@@ -1,6 +1,7 @@
 /* The nccl backend: swap = grouped ncclSend/ncclRecv (the self chunk never
  * goes through NCCL) + one permute kernel; verify outputs = pack + exactly one
- * all-gather + unpack; logprobs = one all-gather straight into the output;
+ * all-gather + unpack; logprobs = one all-gather straight into the output
+ * (at tp == 1 without installed collectives both gathers are one copy kernel);
  * a records step (argmax, top-k, sample) = the op's local pass into a plain
  * buffer + one all-gather + the op's merge.
  * Every buffer is allocated at init/prepare for max_pad_bs; the operations
@@ -190,6 +191,21 @@ static dpsResult_t nbAllGatherBytes(dpsComm_t comm, const void* send, void* recv
   return comm->prov->all_gather(comm, send, recv, bytes, stream);
 }
 
+/* At tp == 1 an all-gather is a copy of the rank's own data: with the
+ * default collectives (NCCL) the gathers launch one copy kernel instead of
+ * NCCL's one-rank all-gather (and the pack / unpack around it), the same
+ * bytes in the same place. An installed all_gather is still called, at every
+ * tp: the caller asked for it. */
+static int oneRankCopy(dpsComm_t comm, const dpsShape* sh) {
+  return sh->tp == 1 && comm->coll.all_gather == NULL;
+}
+
+static dpsResult_t copied(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return dpsSuccess;
+  return dpsSetError(dpsCudaError, "nccl backend: %s copy (tp=1) launch failed: %s", what,
+                     cudaGetErrorString(e));
+}
+
 static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int32_t* predict,
                                    const int32_t* accept_index, const int32_t* accept_length,
                                    cudaStream_t stream) {
@@ -199,6 +215,13 @@ static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int
   cudaError_t e;
 
   if (st == NULL) return dpsSetError(dpsInternalError, "nccl backend: gather before init");
+  if (oneRankCopy(comm, sh)) {
+    int32_t* const dst[3] = {comm->vout.predict, comm->vout.accept_index,
+                             comm->vout.accept_length};
+    const int32_t* const src[3] = {predict, accept_index, accept_length};
+    const int64_t count[3] = {sh->rows_per_rank, sh->rows_per_rank, reqs};
+    return copied(dpsLaunchCopySegments(dst, src, count, stream), "verify outputs");
+  }
   e = dpsLaunchVerifyPack(st->pack_send, predict, accept_index, accept_length, reqs, n, stream);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "nccl backend: verify pack launch failed: %s",
@@ -217,6 +240,12 @@ static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
   const size_t bytes = (size_t)sh->rows_per_rank * sizeof(float);
   if (comm->vout.logprobs == NULL)
     return dpsSetError(dpsInternalError, "nccl backend: gather before init");
+  if (oneRankCopy(comm, sh)) {
+    int32_t* const dst[3] = {(int32_t*)comm->vout.logprobs, NULL, NULL};
+    const int32_t* const src[3] = {(const int32_t*)in, NULL, NULL};
+    const int64_t count[3] = {sh->rows_per_rank, 0, 0};
+    return copied(dpsLaunchCopySegments(dst, src, count, stream), "logprobs");
+  }
   /* [tp][reqs, N] of the gather is exactly [pad_bs, N] with row src*reqs + r. */
   return nbAllGatherBytes(comm, in, comm->vout.logprobs, bytes, stream);
 }

@@ -454,6 +454,11 @@ static dpsResult_t checkStream(dpsComm_t comm, const char* op, cudaStream_t stre
    * stream captures: the query is not permitted then and would invalidate
    * the capture. */
   if (*capturing || !DPS_HAVE_STREAM_GET_DEVICE()) return dpsSuccess;
+  /* The legacy and per-thread default streams are the current device's,
+   * which the device guard has just made the communicator's: the query
+   * would only confirm it (one driver call less per operation on those
+   * streams, e.g. torch's default stream, whose handle is NULL). */
+  if (dpsIsDefaultStream(stream)) return dpsSuccess;
   int dev = -1;
   e = cudaStreamGetDevice(stream, &dev);
   if (e != cudaSuccess)

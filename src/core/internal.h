@@ -398,6 +398,11 @@ static inline cudaError_t dpsStreamCaptureInfo(cudaStream_t stream,
   return cudaStreamGetCaptureInfo(stream, status, id);
 #endif
 }
+/* Whether `stream` is the legacy (NULL, cudaStreamLegacy) or per-thread
+ * (cudaStreamPerThread) default stream: a stream of the current device. */
+static inline int dpsIsDefaultStream(cudaStream_t stream) {
+  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
 /* dpsInvalidUsage after dpsCommClose. */
 dpsResult_t dpsCheckOpen(dpsComm_t comm, const char* op);
 /* The communicator's error, making an asynchronous one sticky. */

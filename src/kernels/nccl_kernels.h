@@ -37,6 +37,11 @@ cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_ou
                                   int32_t* accept_length_out, const int32_t* gathered,
                                   int tp, int reqs, int n, cudaStream_t stream);
 
+/* Copies up to three int32 segments in one launch: out[k][j] = in[k][j] for
+ * j < count[k] (count 0: segment unused). The nccl backend's gathers at
+ * tp == 1, where the all-gather of one rank is a copy. */
+cudaError_t dpsLaunchCopySegments(int32_t* const out[3], const int32_t* const in[3],
+                                  const int64_t count[3], cudaStream_t stream);
 /* Load the kernels now (see dpsPreload in kernels/device.cuh). */
 cudaError_t dpsPreloadSwapPermute(void);
 cudaError_t dpsPreloadVerifyPack(void);

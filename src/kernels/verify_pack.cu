@@ -1,6 +1,7 @@
 /* Pack / unpack of the verify outputs around the single all-gather of the nccl
  * backend. Packed per rank as int32: predict [reqs*n], accept_index [reqs*n],
- * accept_length [reqs] (core/layout.h, dpsShape.packed). */
+ * accept_length [reqs] (core/layout.h, dpsShape.packed). At tp == 1 the
+ * gathers are plain copies: one copy kernel of up to three segments. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -48,6 +49,26 @@ __global__ void verifyUnpackKernel(int32_t* __restrict__ predict_out,
   }
 }
 
+/* Up to three int32 segments in one launch: out_s[j] = in_s[j], j < count_s;
+ * element i of the grid-stride loop is segment 0's first, then 1's, then
+ * 2's. No __restrict__: an input may be its own output (a no-op copy, as
+ * NCCL's all-gather at one rank in place). */
+struct CopySegs {
+  const int32_t* in[3];
+  int32_t* out[3];
+  int64_t count[3];
+};
+
+__global__ void copySegsKernel(CopySegs s, int64_t total) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t j = i;
+    int k = 0;
+    while (k < 2 && j >= s.count[k]) j -= s.count[k++];
+    s.out[k][j] = s.in[k][j];
+  }
+}
+
 unsigned gridFor(int64_t total) {
   int64_t blocks = (total + kThreads - 1) / kThreads;
   if (blocks < 1) blocks = 1;
@@ -81,7 +102,22 @@ extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* acce
                    total);
 }
 
+extern "C" cudaError_t dpsLaunchCopySegments(int32_t* const out[3], const int32_t* const in[3],
+                                             const int64_t count[3], cudaStream_t stream) {
+  CopySegs s;
+  int64_t total = 0;
+  for (int k = 0; k < 3; ++k) {
+    s.in[k] = in[k];
+    s.out[k] = out[k];
+    s.count[k] = count[k] > 0 ? count[k] : 0;
+    total += s.count[k];
+  }
+  if (total <= 0) return cudaSuccess;
+  return dpsLaunch(copySegsKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0, s, total);
+}
+
 extern "C" cudaError_t dpsPreloadVerifyPack(void) {
-  const void* const k[] = {(const void*)verifyPackKernel, (const void*)verifyUnpackKernel};
-  return dpsPreload(k, 2);
+  const void* const k[] = {(const void*)verifyPackKernel, (const void*)verifyUnpackKernel,
+                           (const void*)copySegsKernel};
+  return dpsPreload(k, 3);
 }

@@ -658,7 +658,17 @@ static int testSampleChecks(void) {
   return 0;
 }
 
-/* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided -> not. */
+static dpsResult_t neverGatherMb(void* ctx, const void* s, void* r, size_t b, cudaStream_t st) {
+  (void)ctx, (void)s, (void)r, (void)b, (void)st;
+  return dpsInternalError;
+}
+static dpsResult_t neverA2aMb(void* ctx, const void* s, void* r, size_t b, cudaStream_t st) {
+  (void)ctx, (void)s, (void)r, (void)b, (void)st;
+  return dpsInternalError;
+}
+
+/* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided, or
+ * prepared at tp == 1 without installed collectives -> not. */
 static int testOpMayBlock(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsDtypeUnset);
@@ -676,6 +686,30 @@ static int testOpMayBlock(void) {
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
   FX_CHECK(mb == 1, "prepared nccl: may_block=%d, want 1", mb);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  /* tp == 1: nothing to exchange, so no NCCL call, unless collectives are
+   * installed (they may do anything); unprepared still may block */
+  cfg = config(dpsDtypeUnset);
+  cfg.tp_size = 1;
+  cfg.rank = 0;
+  cfg.vocab_size = 100;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 1, "unprepared nccl tp=1: may_block=%d, want 1", mb);
+  FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 0, "prepared nccl tp=1: may_block=%d, want 0", mb);
+  const dpsCollectives_t gather_only = {(void*)in_buf, neverGatherMb, NULL};
+  FX_CHECK_OK(dpsCommSetCollectives(comm, &gather_only));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 1, "nccl tp=1 with an all_gather installed: may_block=%d, want 1", mb);
+  const dpsCollectives_t a2a_only = {(void*)in_buf, NULL, neverA2aMb};
+  FX_CHECK_OK(dpsCommSetCollectives(comm, &a2a_only));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 1, "nccl tp=1 with an all_to_all installed: may_block=%d, want 1", mb);
+  FX_CHECK_OK(dpsCommSetCollectives(comm, NULL));
+  FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
+  FX_CHECK(mb == 0, "nccl tp=1, collectives removed: may_block=%d, want 0", mb);
   FX_CHECK_OK(dpsCommDestroy(comm));
   return 0;
 }

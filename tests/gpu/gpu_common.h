@@ -85,17 +85,18 @@ GT_FN int gtStart(const char* name, int min_gpus, int argc, char** argv, dpsBack
   return 0;
 }
 
-/* Runs body for every world size in {2, 4, 8} that fits and every backend.
- * A backend whose creation reports dpsUnavailable (all ranks return 77) is
- * reported as skipped, never as passed. */
-GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeout_s) {
+/* Runs body for every world size of tps[0..ntp) that fits and every
+ * backend (at least tps[0] GPUs, else SKIP). A backend whose creation
+ * reports dpsUnavailable (all ranks return 77) is reported as skipped, never
+ * as passed. */
+GT_FN int gtMainTps(int argc, char** argv, const char* name, gtBody body, int timeout_s,
+                    const int* tps, int ntp) {
   dpsBackend_t backends[GT_MAX_BACKENDS];
   int nb = 0, ngpu = 0;
-  const int start = gtStart(name, 2, argc, argv, backends, &nb, &ngpu);
+  const int start = gtStart(name, tps[0], argc, argv, backends, &nb, &ngpu);
   if (start != 0) return start;
   int failures = 0, passes = 0;
-  const int tps[3] = {2, 4, 8};
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < ntp; ++t) {
     const int tp = tps[t];
     if (tp > ngpu) continue;
     for (int b = 0; b < nb; ++b) {
@@ -119,6 +120,12 @@ GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeo
   if (failures) return 1;
   if (passes == 0) return 77;
   return 0;
+}
+
+/* gtMainTps over {2, 4, 8}. */
+GT_FN int gtMain(int argc, char** argv, const char* name, gtBody body, int timeout_s) {
+  static const int tps[3] = {2, 4, 8};
+  return gtMainTps(argc, argv, name, body, timeout_s, tps, 3);
 }
 
 /* DPS_TEST_SMALL=1 (runs under compute-sanitizer, which is slow): a case

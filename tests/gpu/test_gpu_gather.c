@@ -1,4 +1,4 @@
-/* gather_verify_outputs / gather_verify_logprobs on 2..8 GPUs, every backend:
+/* gather_verify_outputs / gather_verify_logprobs on 1..8 GPUs, every backend:
  * the spec cases (pad_bs 8, N 1 and 4; persistent buffers with N 2), a sweep
  * of pad_bs 8..512 (changing between calls on one communicator sized for 512)
  * for N 1..8 and of pad_bs up to 4096 (N 8) with every value checked and output pointers identical across
@@ -179,4 +179,10 @@ static int body(int rank, int tp, dpsBackend_t backend) {
   return 0;
 }
 
-int main(int argc, char** argv) { return gtMain(argc, argv, "test_gpu_gather", body, 300); }
+/* tp = 1 too: there the nccl backend's gathers are one copy kernel instead
+ * of NCCL's one-rank all-gather (an installed all_gather is still called,
+ * once per call: countingAllGather). */
+int main(int argc, char** argv) {
+  static const int tps[4] = {1, 2, 4, 8};
+  return gtMainTps(argc, argv, "test_gpu_gather", body, 300, tps, 4);
+}

@@ -353,6 +353,26 @@ static int deviceRestore(int rank, int tp, dpsBackend_t backend, cudaStream_t s)
   if (gtCheckSwapOut(&b, so, rank, tp, 2 * tp, 40)) return 1;
   if (gtCheckVerifyOut(&b, p, ai, al, rank, 2 * tp, 40)) return 1;
   if (gtCheckLogprobsOut(&b, lp, rank, 2 * tp, 40)) return 1;
+  /* The default streams name the current device's: with another device
+   * current, the guard makes them the communicator's (the library asks no
+   * stream query for them), runs there and restores the caller's device. */
+  const cudaStream_t defaults[2] = {NULL, cudaStreamPerThread};
+  for (int d = 0; d < 2; ++d) {
+    GT_CUDA(cudaSetDevice(rank));
+    GT_CUDA(cudaMemsetAsync(so, 0, (size_t)2 * 2 * tp * 32 * 4, s)); /* the output, cleared */
+    GT_CUDA(cudaStreamSynchronize(s));
+    GT_CUDA(cudaSetDevice(other));
+    void* so2 = NULL;
+    FX_CHECK_OK(dpsSwapBatchVocab(comm, b.d_in, (int64_t)2 * tp * 2, 32, dpsFloat32, 2 * tp, &so2,
+                                  defaults[d]));
+    GT_CUDA(cudaGetDevice(&cur));
+    FX_CHECK(cur == other, "swap on default stream %d left device %d current, caller had %d", d,
+             cur, other);
+    FX_CHECK(so2 == so, "the swap output moved");
+    GT_CUDA(cudaSetDevice(rank));
+    GT_CUDA(cudaDeviceSynchronize());
+    if (gtCheckSwapOut(&b, so, rank, tp, 2 * tp, 40)) return 1;
+  }
   fxBarrier();
   GT_CUDA(cudaSetDevice(other));
   FX_CHECK_OK(dpsCommDestroy(comm));
