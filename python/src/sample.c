@@ -415,6 +415,8 @@ enum { SA_X, SA_TEMP, SA_SEED, SA_OFFSET, SA_TOPK, SA_TOPP, SA_MINP, SA_LIMIT, S
        SA_OUTLP, SA_N };
 /* Normalized: the params in Q order, then vocab_limit and want_logprobs. */
 enum { SN_LIMIT = Q_COUNT, SN_WANT, SN_N };
+_Static_assert(S_OFFSET - S_TEMP == Q_OFFSET - Q_TEMP && S_TOPP - S_TEMP == Q_TOPP,
+               "sample()'s call arguments hold the parameters in Q order");
 
 /* sample()'s arguments normalized into n (new references), as the package's
  * _sample_args does (its checks, in its order, raising its errors): the
@@ -486,12 +488,7 @@ PyObject* comm_sample_m(CommObject* self, PyObject* const* args, Py_ssize_t narg
   PyObject* o[S_NARGS];
   o[S_X] = a[SA_X];
   o[S_LIMIT] = n[SN_LIMIT];
-  o[S_TEMP] = n[Q_TEMP];
-  o[S_TOPK] = n[Q_TOPK];
-  o[S_TOPP] = n[Q_TOPP];
-  o[S_MINP] = n[Q_MINP];
-  o[S_SEED] = n[Q_SEED];
-  o[S_OFFSET] = n[Q_OFFSET];
+  for (int q = 0; q < Q_COUNT; ++q) o[S_TEMP + q] = n[q]; /* S_TEMP.. S_OFFSET: Q order */
   o[S_OUT] = a[SA_OUT] != NULL ? a[SA_OUT] : Py_None;
   o[S_OUT_LP] = a[SA_OUTLP] != NULL ? a[SA_OUTLP] : Py_None;
   o[S_WANT_LP] = n[SN_WANT];
@@ -560,6 +557,8 @@ enum { VA_X, VA_CAND, VA_PAD, VA_TEMP, VA_SEED, VA_OFFSET, VA_TOPK, VA_TOPP, VA_
 /* Normalized: the params in Q order, then pad_bs, vocab_limit, softcap,
  * want_logprobs. */
 enum { VN_PAD = Q_COUNT, VN_LIMIT, VN_SOFTCAP, VN_WANT, VN_N };
+_Static_assert(VC_OFFSET - VC_TEMP == Q_OFFSET - Q_TEMP && VC_TOPP - VC_TEMP == Q_TOPP,
+               "verify_chain()'s call arguments hold the parameters in Q order");
 
 /* verify_chain()'s arguments normalized into n (new references), as the
  * package's _verify_args does (x_any: as sample_norm). 0, or -1. */
@@ -640,12 +639,7 @@ PyObject* comm_verify_chain_m(CommObject* self, PyObject* const* args, Py_ssize_
   o[VC_CAND] = a[VA_CAND];
   o[VC_PAD] = n[VN_PAD];
   o[VC_LIMIT] = n[VN_LIMIT];
-  o[VC_TEMP] = n[Q_TEMP];
-  o[VC_TOPK] = n[Q_TOPK];
-  o[VC_TOPP] = n[Q_TOPP];
-  o[VC_MINP] = n[Q_MINP];
-  o[VC_SEED] = n[Q_SEED];
-  o[VC_OFFSET] = n[Q_OFFSET];
+  for (int q = 0; q < Q_COUNT; ++q) o[VC_TEMP + q] = n[q]; /* VC_TEMP.. VC_OFFSET: Q order */
   o[VC_MASK] = a[VA_MASK] != NULL ? a[VA_MASK] : Py_None;
   o[VC_SOFTCAP] = n[VN_SOFTCAP];
   o[VC_WANT_LP] = n[VN_WANT];
