@@ -44,6 +44,8 @@ class DistArgmaxState:
     group: Tuple[int, ...]
     rank: int
     max_M: int
+    dtype: _Dtype
+    device: Union[None, int, str, torch.device]
     comm: Optional["DpSamplingComm"]
     def close(self) -> None: ...
 
