@@ -1329,8 +1329,10 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
   /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
-  if (a.walk.pad_bs > 0 && dpsWalkArrive(a.walk, 1u, gridDim.x) && !callInvalid(a, false))
-    dpsWalkRequests(a.walk);
+  if (a.walk.pad_bs > 0) {
+    const long long bad = dpsWalkCheck(a.walk);
+    if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !callInvalid(a, false)) dpsWalkRequests(a.walk, bad);
+  }
 }
 
 /* The local pass of a search round or of the race (tp > 1): one block per
@@ -1480,7 +1482,8 @@ constexpr int WALK_THREADS = 256;
 __global__ void __launch_bounds__(WALK_THREADS) walkKernel(const __grid_constant__ dpsSampleArgs a,
                                                            const __grid_constant__ dpsVerifyWalkArgs w) {
   dpsPdlWait();
-  if (!callInvalid(a, false)) dpsWalkRequests(w);
+  const long long bad = dpsWalkCheck(w);
+  if (!callInvalid(a, false)) dpsWalkRequests(w, bad);
 }
 
 }  // namespace

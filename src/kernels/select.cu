@@ -279,7 +279,10 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
   /* tp == 1 verify (greedy, tokens only): the block of the last row written walks */
-  if (a.walk.pad_bs > 0 && dpsWalkArrive(a.walk, 1u, (unsigned)a.rows)) dpsWalkRequests(a.walk);
+  if (a.walk.pad_bs > 0) {
+    const long long bad = dpsWalkCheck(a.walk);
+    if (dpsWalkArrive(a.walk, 1u, (unsigned)a.rows)) dpsWalkRequests(a.walk, bad);
+  }
 }
 
 /* ---- top-k local pass ------------------------------------------------------------ */
