@@ -64,12 +64,12 @@ static int g_failed = 0;
     cudaEventDestroy(e0);                                                                  \
     cudaEventDestroy(e1);                                                                  \
     if (!ok) {                                                                             \
-      printf("%-32s %-9s %-7s failed: %s\n", name, backend, sname, dpsGetLastError());     \
+      printf("%-36s %-9s %-7s failed: %s\n", name, backend, sname, dpsGetLastError());     \
       g_failed = 1;                                                                        \
       break;                                                                               \
     }                                                                                      \
     qsort(host, REPS, sizeof host[0], cmpDouble);                                          \
-    printf("%-32s %-9s %-7s %8.3f %8.3f %8.3f %8.3f%s\n", name, backend, sname,            \
+    printf("%-36s %-9s %-7s %8.3f %8.3f %8.3f %8.3f%s\n", name, backend, sname,            \
            host[REPS / 2], host[0], host[REPS - 1], dev_us,                                \
            dev_us >= 0.9 * host[REPS / 2] ? "  device-bound" : "");                        \
   } while (0)
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   int64_t* idx = (int64_t*)(buf + (3 << 20));
 
   printf("# dps-host-cost: %d calls x %d repetitions; us per call\n", g_calls, REPS);
-  printf("%-32s %-9s %-7s %8s %8s %8s %8s\n", "what", "backend", "stream", "host", "min", "max",
+  printf("%-36s %-9s %-7s %8s %8s %8s %8s\n", "what", "backend", "stream", "host", "min", "max",
          "device");
   int dev = 0;
   enum cudaStreamCaptureStatus cs;
@@ -119,6 +119,18 @@ int main(int argc, char** argv) {
   lc.stream = 0;
   TIME_ROW("empty kernel cudaLaunchKernelEx", "-", "null", (cudaStream_t)0,
            cudaLaunchKernelEx(&lc, emptyKernel));
+  /* with programmatic dependent launch, as the onesided kernels go */
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = pdl;
+  lc.numAttrs = 1;
+  lc.stream = s;
+  TIME_ROW("empty kernel cudaLaunchKernelEx PDL", "-", "stream", s,
+           cudaLaunchKernelEx(&lc, emptyKernel));
+  lc.stream = 0;
+  TIME_ROW("empty kernel cudaLaunchKernelEx PDL", "-", "null", (cudaStream_t)0,
+           cudaLaunchKernelEx(&lc, emptyKernel));
   TIME_ROW("cudaMemcpyAsync 4 KB", "-", "stream", s,
            cudaMemcpyAsync(buf, buf + (4 << 20), 4096, cudaMemcpyDeviceToDevice, s));
 
@@ -137,7 +149,7 @@ int main(int argc, char** argv) {
     cfg.backend = backends[b];
     cfg.cuda_device = 0;
     if (dpsGetUniqueId(&id) != dpsSuccess || dpsCommInitRank(&c, &id, &cfg) != dpsSuccess) {
-      printf("%-32s %-9s unavailable: %s\n", "communicator", bn, dpsGetLastError());
+      printf("%-36s %-9s unavailable: %s\n", "communicator", bn, dpsGetLastError());
       continue;
     }
     dpsSampleParams_t sp = DPS_SAMPLE_PARAMS_INITIALIZER;
