@@ -506,8 +506,10 @@ static int body(dpsBackend_t backend) {
     dpsDataType_t dtype;
     int pad_bs, n;
   } Cfg;
+  /* N = 11: chains longer than the walk's chunk of 8 positions
+   * (DPS_WALK_CHUNK), every acceptance length 0..10 (makeCandidates) */
   static const Cfg cfgs[] = {{32000, dpsBfloat16, 64, 4}, {50257, dpsFloat32, 25, 3},
-                             {4001, dpsFloat16, 17, 5}};
+                             {4001, dpsFloat16, 17, 5}, {4099, dpsBfloat16, 23, 11}};
   for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0] && !g_stats_only; ++ci) {
     const Cfg* c = &cfgs[ci];
     dpsConfig_t cfg = gtConfig(0, 1, c->pad_bs, c->n, c->V, c->dtype, backend);
