@@ -140,7 +140,6 @@ typedef struct {
   dpsVerifyWalkArgs walk; /* tp == 1: the first pass walks in its last block (pad_bs 0: no walk) */
 } dpsSampleArgs;
 
-
 cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
 /* tp > 1: the walk after the last merge (one block). */
 cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVerifyWalkArgs* w,
