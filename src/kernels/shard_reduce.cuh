@@ -516,13 +516,21 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
   for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = packKI(KEY_NONE, NO_INDEX);
   __syncthreads();
   if (count <= TOPK_THREADS) {
-    if ((int)threadIdx.x < count) {
-      const u64 me = s_cand[threadIdx.x];
-      int above = 0;
-#pragma unroll 8
-      for (int j = 0; j < count; ++j) above += s_cand[j] > me;
-      if (above < k) sel[above] = me;
+    /* a candidate's rank = the candidates above it: p consecutive threads
+     * (a power of two, at most a warp) per candidate, each comparing with
+     * every p-th, then summed by shuffles; count^2 comparisons spread over
+     * the block instead of over `count` threads */
+    int p = 1;
+    while (p < 32 && 2 * p * count <= (int)blockDim.x) p <<= 1;
+    const int c = (int)threadIdx.x / p, part = (int)threadIdx.x % p;
+    const u64 me = c < count ? s_cand[c] : 0ull;
+    int above = 0;
+    if (c < count) {
+#pragma unroll 4
+      for (int j = part; j < count; j += p) above += s_cand[j] > me;
     }
+    for (int o = p >> 1; o > 0; o >>= 1) above += __shfl_xor_sync(0xffffffffu, above, o);
+    if (c < count && part == 0 && above < k) sel[above] = me;
   } else {
     int m = 1;
     while (m < count) m <<= 1;
