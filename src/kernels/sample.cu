@@ -216,6 +216,10 @@ __device__ __forceinline__ bool raceBetter(float k, uint32_t i, float bk, uint32
   return i != NO_INDEX && (bi == NO_INDEX || k > bk || (k == bk && i < bi));
 }
 
+/* ZR, ZS: whether the record's fixed-point sums (zraw, zs) take part; a
+ * pass that never adds to one leaves it empty on every thread, so its
+ * reductions may skip it (the result keeps the empty sum). */
+template <bool ZR = true, bool ZS = true>
 __device__ __forceinline__ void hdrMerge(Hdr& a, const Hdr& o) {
   if (o.aidx != NO_INDEX &&
       (a.aidx == NO_INDEX || o.lmax > a.lmax || (o.lmax == a.lmax && o.aidx < a.aidx))) {
@@ -228,8 +232,8 @@ __device__ __forceinline__ void hdrMerge(Hdr& a, const Hdr& o) {
     a.ridx = o.ridx;
     a.rval = o.rval;
   }
-  zMerge(a.zraw, o.zraw);
-  zMerge(a.zs, o.zs);
+  if (ZR) zMerge(a.zraw, o.zraw);
+  if (ZS) zMerge(a.zs, o.zs);
 }
 
 __device__ __forceinline__ void zPack(const Zb& z, uint32_t* w) {
@@ -280,6 +284,7 @@ __device__ __forceinline__ Zb zShfl(const Zb& z, int o) {
   r.s3 = __shfl_down_sync(0xffffffffu, z.s3, o);
   return r;
 }
+template <bool ZR, bool ZS>
 __device__ __forceinline__ Hdr hdrShfl(const Hdr& h, int o) {
   Hdr r;
   r.lmax = __shfl_down_sync(0xffffffffu, h.lmax, o);
@@ -288,17 +293,21 @@ __device__ __forceinline__ Hdr hdrShfl(const Hdr& h, int o) {
   r.rkey = __shfl_down_sync(0xffffffffu, h.rkey, o);
   r.ridx = __shfl_down_sync(0xffffffffu, h.ridx, o);
   r.rval = __shfl_down_sync(0xffffffffu, h.rval, o);
-  r.zraw = zShfl(h.zraw, o);
-  r.zs = zShfl(h.zs, o);
+  if (ZR) r.zraw = zShfl(h.zraw, o);
+  else zInit(r.zraw);
+  if (ZS) r.zs = zShfl(h.zs, o);
+  else zInit(r.zs);
   return r;
 }
 
-/* The block's Hdr into *out (thread 0's view is complete; shared memory). */
+/* The block's Hdr into *out (thread 0's view is complete; shared memory);
+ * ZR, ZS as hdrMerge's. */
+template <bool ZR, bool ZS>
 __device__ void blockHdrReduce(Hdr h, Hdr* out) {
   __shared__ Hdr s_w[WARPS];
   for (int o = 16; o > 0; o >>= 1) {
-    const Hdr t = hdrShfl(h, o);
-    hdrMerge(h, t);
+    const Hdr t = hdrShfl<ZR, ZS>(h, o);
+    hdrMerge<ZR, ZS>(h, t);
   }
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   if (lane == 0) s_w[w] = h;
@@ -308,8 +317,8 @@ __device__ void blockHdrReduce(Hdr h, Hdr* out) {
     if (lane < (int)(blockDim.x >> 5)) t = s_w[lane];
     else hdrInit(t);
     for (int o = 16; o > 0; o >>= 1) {
-      const Hdr u = hdrShfl(t, o);
-      hdrMerge(t, u);
+      const Hdr u = hdrShfl<ZR, ZS>(t, o);
+      hdrMerge<ZR, ZS>(t, u);
     }
     if (lane == 0) *out = t;
   }
@@ -630,7 +639,7 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     f.h.rval = f.race.best.v;
   }
   *tmax = f.h.lmax; /* the thread's maximum (NaN ignored): the top-k threshold's first pass */
-  blockHdrReduce(f.h, out);
+  blockHdrReduce<ZRAW, ZS>(f.h, out);
 }
 
 /* ---- search state (identical on every rank) -------------------------------------- */
@@ -905,7 +914,7 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
   h.rkey = race.best.k;
   h.ridx = race.best.i;
   h.rval = race.best.v;
-  blockHdrReduce(h, &s_h);
+  blockHdrReduce<false, false>(h, &s_h);
   *bk = s_h.rkey;
   *bi = s_h.ridx;
   *bv = s_h.rval;
