@@ -165,12 +165,12 @@ static dpsResult_t nbSwap(dpsComm_t comm, const dpsShape* shape, const void* in,
       return dpsSetError(r, "nccl backend: the installed all_to_all (bytes=%zu) returned %s", chunk,
                          dpsGetErrorString(r));
     e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, NULL, -1, s.tp, rows, s.v_local,
-                             s.esize, stream);
+                             s.esize, stream, comm->pdl);
   } else {
     /* the own chunk never goes through NCCL: the permute copies it */
     if (s.tp > 1) DPS_CHECK(comm->prov->all_to_all(comm, in, stage, chunk, s.rank, stream));
     e = dpsLaunchSwapPermute(comm->swap_out, stage, chunk, src + (size_t)s.rank * chunk, s.rank,
-                             s.tp, rows, s.v_local, s.esize, stream);
+                             s.tp, rows, s.v_local, s.esize, stream, comm->pdl);
   }
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "nccl backend: swap permute launch failed: %s",
@@ -220,15 +220,16 @@ static dpsResult_t nbGatherOutputs(dpsComm_t comm, const dpsShape* sh, const int
                              comm->vout.accept_length};
     const int32_t* const src[3] = {predict, accept_index, accept_length};
     const int64_t count[3] = {sh->rows_per_rank, sh->rows_per_rank, reqs};
-    return copied(dpsLaunchCopySegments(dst, src, count, stream), "verify outputs");
+    return copied(dpsLaunchCopySegments(dst, src, count, stream, comm->pdl), "verify outputs");
   }
-  e = dpsLaunchVerifyPack(st->pack_send, predict, accept_index, accept_length, reqs, n, stream);
+  e = dpsLaunchVerifyPack(st->pack_send, predict, accept_index, accept_length, reqs, n, stream,
+                          comm->pdl);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "nccl backend: verify pack launch failed: %s",
                        cudaGetErrorString(e));
   DPS_CHECK(nbAllGatherBytes(comm, st->pack_send, st->pack_recv, bytes, stream));
   e = dpsLaunchVerifyUnpack(comm->vout.predict, comm->vout.accept_index, comm->vout.accept_length,
-                            st->pack_recv, tp, reqs, n, stream);
+                            st->pack_recv, tp, reqs, n, stream, comm->pdl);
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "nccl backend: verify unpack launch failed: %s",
                        cudaGetErrorString(e));
@@ -244,7 +245,7 @@ static dpsResult_t nbGatherLogprobs(dpsComm_t comm, const dpsShape* sh, const fl
     int32_t* const dst[3] = {(int32_t*)comm->vout.logprobs, NULL, NULL};
     const int32_t* const src[3] = {(const int32_t*)in, NULL, NULL};
     const int64_t count[3] = {sh->rows_per_rank, 0, 0};
-    return copied(dpsLaunchCopySegments(dst, src, count, stream), "logprobs");
+    return copied(dpsLaunchCopySegments(dst, src, count, stream, comm->pdl), "logprobs");
   }
   /* [tp][reqs, N] of the gather is exactly [pad_bs, N] with row src*reqs + r. */
   return nbAllGatherBytes(comm, in, comm->vout.logprobs, bytes, stream);

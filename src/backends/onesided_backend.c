@@ -178,7 +178,6 @@ static void osDestroy(dpsComm_t comm) {
   free(st);
   comm->backend_state = NULL;
   comm->swap_out = NULL;
-  comm->local_pdl = 0;
   comm->local_max_blocks = 0;
 }
 
@@ -315,21 +314,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 here, but another rank asked "
            "for or could only verify ll: every rank uses ll",
            L->rank);
-  st->pdl = env->pdl;
-  if (st->pdl) {
-    /* A kernel launched with PDL that was not compiled with the wait would
-     * read its inputs before the previous kernel finished: never do that. */
-    int ok = 0;
-    cudaError_t ce = dpsOsKernelsSupportPdl(&ok);
-    if (ce != cudaSuccess || !ok) {
-      dpsLog(DPS_LOG_INFO,
-             "onesided rank %d: programmatic dependent launch off (%s)", L->rank,
-             ce != cudaSuccess ? cudaGetErrorString(ce)
-                               : "the device code running here was built for an architecture "
-                                 "before sm_90");
-      st->pdl = 0;
-    }
-  }
+  st->pdl = comm->pdl;
 
   /* Symmetric memory that is unavailable is dpsUnavailable on every rank
    * (auto then falls back to nccl): agreed before anyone registers, and
@@ -339,8 +324,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
                            "onesided window registration"));
   st->common = buildCommon(comm, st);
   /* a shard reduction's local pass at tp == 1 (the core's, no records step)
-   * launches as this backend's kernels do */
-  comm->local_pdl = st->pdl;
+   * stays within this backend's grid cap */
   comm->local_max_blocks = L->maxb;
 
   dpsLog(DPS_LOG_INFO,

@@ -133,6 +133,21 @@ dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops) {
   return dpsSuccess;
 }
 
+/* Programmatic dependent launch where DPSAMPLING_PDL allows it and the
+ * device code waits for the previous kernel (a kernel launched with PDL
+ * without that wait would read its inputs before they are written). A
+ * local choice: the ranks need not agree. */
+static void decidePdl(dpsComm_t comm) {
+  int ok = 0;
+  const cudaError_t e = comm->env.pdl ? dpsKernelsSupportPdl(&ok) : cudaSuccess;
+  if (comm->env.pdl && !ok)
+    dpsLog(DPS_LOG_INFO, "rank %d: programmatic dependent launch off (%s)", comm->config.rank,
+           e != cudaSuccess ? cudaGetErrorString(e)
+                            : "the device code running here was built for an architecture "
+                              "before sm_90");
+  comm->pdl = ok;
+}
+
 /* Loads the backend's kernels and runs its init. */
 static dpsResult_t initBackend(dpsComm_t comm, const dpsBackendOps* ops) {
   comm->ops = ops;
@@ -173,6 +188,7 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   const dpsBackendEntry* be = local == dpsSuccess ? dpsBackendLookup(comm->backend) : NULL;
   if (ops == NULL && be != NULL) ops = be->ops;
   if (local == dpsSuccess) local = dpsPreloadBackend(ops);
+  if (local == dpsSuccess && ops->preload != NULL) decidePdl(comm); /* a backend with kernels */
   if (local == dpsSuccess) local = provider->device->init(comm);
   res = checkGroupAgreement(comm, local);
   if (res != dpsSuccess) goto fail;

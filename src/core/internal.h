@@ -277,10 +277,13 @@ struct dpsComm {
   /* The record capacity (dpsRecCapacityWords(config.max_topk)), set before
    * the backend's init, which sizes its records buffers by it. */
   int rec_words;
-  /* How the core launches a shard reduction's local pass at tp == 1 (no
-   * backend op runs), as the backend's own kernels launch; set by the
-   * backend's init (0, 0: no PDL, no grid cap beyond the device's SMs). */
-  int local_pdl;
+  /* Whether kernels may be launched with programmatic dependent launch:
+   * DPSAMPLING_PDL and sm_90+ device code (set before the backend's init;
+   * which launches use it: docs/design.md, "The per-call flow"). */
+  int pdl;
+  /* The grid cap of a shard reduction's local pass at tp == 1 (no backend
+   * op runs), as the backend's own kernels; set by the backend's init (0:
+   * none beyond the device's SMs). */
   int local_max_blocks;
 
   /* Teardown (core/teardown.c). */

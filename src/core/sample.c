@@ -167,6 +167,7 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
                              int may_filter, cudaStream_t stream) {
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
     a->step = DPS_SAMPLE_STEP_FIRST; /* no sink: nothing leaves the kernel but the outputs */
+    a->pdl = comm->pdl;              /* no peer to wait for while resident */
     return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
   }
   if (comm->ops->records == NULL)

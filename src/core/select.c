@@ -89,7 +89,7 @@ static dpsResult_t runSteps(dpsComm_t comm, const char* name, const dpsSelStep* 
     sink.kind = DPS_REC_NONE;
     sink.max_blocks = comm->local_max_blocks;
     dpsSelLocalArgs a;
-    dpsSelPlanStep(s, &sink, comm->local_pdl, &a);
+    dpsSelPlanStep(s, &sink, comm->pdl, &a);
     return dpsSelLaunchLocal(&a, s->call.k, stream);
   }
   if (comm->ops->records == NULL)

@@ -102,14 +102,6 @@ cudaError_t dpsOsLaunchGather(const dpsOsGatherArgs* a, int proto, int grid, int
 #define DPS_OS_GATHER_THREADS 256
 #define DPS_OS_GATHER_THREADS_MAX 1024
 
-/* ---- setup (onesided_setup.cu; the only place that includes nccl_device.h;
- * the NCCL window helper is declared in kernels/onesided_setup.h) */
-/* *yes = 1 when the device code that runs on the current device was built
- * for sm_90+ (it then waits in griddepcontrol.wait; see kernels/device.cuh):
- * only then may the kernels be launched with programmatic dependent launch.
- * Launches a one-thread kernel and synchronises. */
-cudaError_t dpsOsKernelsSupportPdl(int* yes);
-
 #ifdef __cplusplus
 }
 #endif

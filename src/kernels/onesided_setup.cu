@@ -59,22 +59,3 @@ extern "C" cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void**
   if (nranks < 1 || nranks > DPS_OS_MAX_RANKS) return cudaErrorInvalidValue;
   return runSetupKernel(dpsOsPeerPointerKernel, 32, out, (size_t)nranks, win, nranks);
 }
-
-/* Which device code of this build runs here: 1 if it was compiled for sm_90
- * or newer (so the kernels contain griddepcontrol.wait), 0 otherwise (an
- * older GPU, or a build without sm_90 code JIT-compiling older PTX). Every
- * .cu file of the library is compiled for the same architectures. */
-__global__ void dpsOsArchProbeKernel(int* out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  *out = 1;
-#else
-  *out = 0;
-#endif
-}
-
-extern "C" cudaError_t dpsOsKernelsSupportPdl(int* yes) {
-  int host = 0;
-  const cudaError_t e = runSetupKernel(dpsOsArchProbeKernel, 1, &host, 1);
-  *yes = e == cudaSuccess ? host : 0;
-  return e;
-}

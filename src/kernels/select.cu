@@ -469,6 +469,19 @@ extern "C" cudaError_t dpsPreloadSelectKernels(void) {
   return dpsPreload(k, 5);
 }
 
+extern "C" cudaError_t dpsKernelsSupportPdl(int* yes) {
+  *yes = 0;
+  const cudaError_t before = cudaPeekAtLastError();
+  cudaFuncAttributes fa;
+  const cudaError_t e = cudaFuncGetAttributes(&fa, (const void*)argmaxMergeKernel);
+  if (e != cudaSuccess) {
+    dpsForgetOwnError(before);
+    return e;
+  }
+  *yes = fa.ptxVersion >= 90; /* the PTX the device code came from, not the GPU */
+  return cudaSuccess;
+}
+
 /* Rows of one wave of `kernel` split over c blocks, c = 1..DPS_SEL_MAX_CHUNKS. */
 template <typename... KArgs>
 static cudaError_t wavesOf(void (*kernel)(KArgs...), unsigned threads, int sms, int clusters,

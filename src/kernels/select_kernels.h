@@ -81,6 +81,12 @@ cudaError_t dpsLaunchTopkLocal(const dpsSelLocalArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchArgmaxMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchTopkMerge(const dpsSelMergeArgs* a, cudaStream_t stream);
 cudaError_t dpsPreloadSelectKernels(void);
+/* *yes = 1 when the library's device code that runs on the current device
+ * was compiled from sm_90+ PTX, so that its kernels wait in
+ * griddepcontrol.wait (kernels/device.cuh): only then may they be launched
+ * with programmatic dependent launch. Every .cu file of the library is
+ * compiled for the same architectures; no kernel runs. */
+cudaError_t dpsKernelsSupportPdl(int* yes);
 /* One wave of a local pass on the current device: rows[kind][c] is how many
  * rows split over c blocks (a cluster of c when c > 1) are resident at once
  * (kind 0 argmax, 1 top-k; 0: c blocks per row cannot be launched, as without

@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     swapPermuteKernel(V* __restrict__ out, const char* __restrict__ staging,
                       size_t chunk_bytes, const V* __restrict__ self_in, int self_rank, int tp,
                       int64_t segments, int64_t seg_vecs, int64_t tiles_per_seg) {
+  dpsPdlWait();
   const int64_t tile_vecs = (int64_t)blockDim.x * kUnroll;
   for (int64_t seg = blockIdx.y; seg < segments; seg += gridDim.y) {
     const int64_t row = seg / tp;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <typename V>
 cudaError_t launchPermute(void* out, const void* staging, size_t chunk_bytes, const void* self_in,
                           int self_rank, int tp, int64_t rows, int64_t seg_bytes,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, int pdl) {
   const int64_t seg_vecs = seg_bytes / (int64_t)sizeof(V);
   const int64_t segments = rows * tp;
   /* Threads: enough to cover a segment with kUnroll vectors each, rounded to a
@@ -68,7 +69,7 @@ cudaError_t launchPermute(void* out, const void* staging, size_t chunk_bytes, co
   const int64_t tiles = (seg_vecs + tile_vecs - 1) / tile_vecs;
   dim3 grid((unsigned)(tiles < 0x7fffffffLL ? tiles : 0x7fffffffLL),
             (unsigned)(segments < (int64_t)kMaxGridY ? segments : (int64_t)kMaxGridY), 1);
-  return dpsLaunch(swapPermuteKernel<V>, grid, dim3((unsigned)threads), stream, 0,
+  return dpsLaunch(swapPermuteKernel<V>, grid, dim3((unsigned)threads), stream, pdl,
                    static_cast<V*>(out), static_cast<const char*>(staging), chunk_bytes,
                    static_cast<const V*>(self_in), self_rank, tp, segments, seg_vecs, tiles);
 }
@@ -78,7 +79,7 @@ cudaError_t launchPermute(void* out, const void* staging, size_t chunk_bytes, co
 extern "C" cudaError_t dpsLaunchSwapPermute(void* out, const void* staging, size_t chunk_bytes,
                                             const void* self_in, int self_rank, int tp,
                                             int64_t rows, int64_t v_local, size_t esize,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream, int pdl) {
   if (rows <= 0 || v_local <= 0 || tp <= 0) return cudaSuccess;
   const int64_t seg_bytes = v_local * (int64_t)esize;
   /* Every address the kernel forms is one of these plus multiples of them. */
@@ -87,18 +88,18 @@ extern "C" cudaError_t dpsLaunchSwapPermute(void* out, const void* staging, size
   if (self_rank >= 0) bits |= (uintptr_t)self_in;
   if ((bits & 15u) == 0)
     return launchPermute<uint4>(out, staging, chunk_bytes, self_in, self_rank, tp, rows,
-                                seg_bytes, stream);
+                                seg_bytes, stream, pdl);
   if ((bits & 7u) == 0)
     return launchPermute<uint2>(out, staging, chunk_bytes, self_in, self_rank, tp, rows,
-                                seg_bytes, stream);
+                                seg_bytes, stream, pdl);
   if ((bits & 3u) == 0)
     return launchPermute<unsigned int>(out, staging, chunk_bytes, self_in, self_rank, tp, rows,
-                                       seg_bytes, stream);
+                                       seg_bytes, stream, pdl);
   if ((bits & 1u) == 0)
     return launchPermute<unsigned short>(out, staging, chunk_bytes, self_in, self_rank, tp,
-                                         rows, seg_bytes, stream);
+                                         rows, seg_bytes, stream, pdl);
   return launchPermute<unsigned char>(out, staging, chunk_bytes, self_in, self_rank, tp, rows,
-                                      seg_bytes, stream);
+                                      seg_bytes, stream, pdl);
 }
 
 extern "C" cudaError_t dpsPreloadSwapPermute(void) {

@@ -17,6 +17,7 @@ __global__ void verifyPackKernel(int32_t* __restrict__ packed, const int32_t* __
                                  const int32_t* __restrict__ accept_index,
                                  const int32_t* __restrict__ accept_length, int64_t rn,
                                  int64_t total) {
+  dpsPdlWait();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int32_t v;
@@ -35,6 +36,7 @@ __global__ void verifyUnpackKernel(int32_t* __restrict__ predict_out,
                                    int32_t* __restrict__ accept_length_out,
                                    const int32_t* __restrict__ gathered, int reqs, int64_t rn,
                                    int64_t packed, int64_t total) {
+  dpsPdlWait();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t src = i / packed;
@@ -60,6 +62,7 @@ struct CopySegs {
 };
 
 __global__ void copySegsKernel(CopySegs s, int64_t total) {
+  dpsPdlWait();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t j = i;
@@ -81,29 +84,30 @@ unsigned gridFor(int64_t total) {
 extern "C" cudaError_t dpsLaunchVerifyPack(int32_t* packed, const int32_t* predict,
                                            const int32_t* accept_index,
                                            const int32_t* accept_length, int reqs, int n,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, int pdl) {
   const int64_t rn = (int64_t)reqs * n;
   const int64_t total = 2 * rn + reqs;
   if (total <= 0) return cudaSuccess;
-  return dpsLaunch(verifyPackKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0, packed,
+  return dpsLaunch(verifyPackKernel, dim3(gridFor(total)), dim3(kThreads), stream, pdl, packed,
                    predict, accept_index, accept_length, rn, total);
 }
 
 extern "C" cudaError_t dpsLaunchVerifyUnpack(int32_t* predict_out, int32_t* accept_index_out,
                                              int32_t* accept_length_out,
                                              const int32_t* gathered, int tp, int reqs, int n,
-                                             cudaStream_t stream) {
+                                             cudaStream_t stream, int pdl) {
   const int64_t rn = (int64_t)reqs * n;
   const int64_t packed = 2 * rn + reqs;
   const int64_t total = packed * tp;
   if (total <= 0) return cudaSuccess;
-  return dpsLaunch(verifyUnpackKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0,
+  return dpsLaunch(verifyUnpackKernel, dim3(gridFor(total)), dim3(kThreads), stream, pdl,
                    predict_out, accept_index_out, accept_length_out, gathered, reqs, rn, packed,
                    total);
 }
 
 extern "C" cudaError_t dpsLaunchCopySegments(int32_t* const out[3], const int32_t* const in[3],
-                                             const int64_t count[3], cudaStream_t stream) {
+                                             const int64_t count[3], cudaStream_t stream,
+                                             int pdl) {
   CopySegs s;
   int64_t total = 0;
   for (int k = 0; k < 3; ++k) {
@@ -113,7 +117,7 @@ extern "C" cudaError_t dpsLaunchCopySegments(int32_t* const out[3], const int32_
     total += s.count[k];
   }
   if (total <= 0) return cudaSuccess;
-  return dpsLaunch(copySegsKernel, dim3(gridFor(total)), dim3(kThreads), stream, 0, s, total);
+  return dpsLaunch(copySegsKernel, dim3(gridFor(total)), dim3(kThreads), stream, pdl, s, total);
 }
 
 extern "C" cudaError_t dpsPreloadVerifyPack(void) {
