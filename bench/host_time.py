@@ -24,7 +24,9 @@ Columns: host_us (median; min and max of the repetitions after it), gpu_us
 (device time per call over the same loop, from CUDA events: when it is close
 to host_us the loop filled the launch queue and host_us measures the device,
 so shrink the shape), ratio = host_us / copy_us, and whether ratio <= --target
-(default 0.8, issue 25). --csv PATH writes the rows. Exit status 0, or 3 with
+(default 0.8, issue 25). idle_us: the median host time of one call made with
+the device idle (a synchronization before each of --idle-calls calls, outside
+the timing): the host's own cost, whatever the device's pace. --csv PATH writes the rows. Exit status 0, or 3 with
 --enforce-target when an operation misses the target, 1 when a result is wrong
 (checked once, before timing: argmax, topk, swap and sample against torch, the two
 gathers against their inputs, which tp = 1 returns as they are).
@@ -61,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--topk", type=int, default=8, help="k of topk (default 8)")
     p.add_argument("--calls", type=int, default=2000, help="calls per repetition (default 2000)")
     p.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
+    p.add_argument("--idle-calls", type=int, default=500,
+                   help="calls timed one by one with the device idle (default 500)")
     p.add_argument("--warmup", type=int, default=100, help="untimed calls first (default 100)")
     p.add_argument("--target", type=float, default=0.8, help="ratio target (default 0.8)")
     p.add_argument("--enforce-target", action="store_true", help="exit 3 on a miss")
@@ -161,6 +165,18 @@ def time_loop(torch, fn, calls):
     return (t1 - t0) / 1e3 / calls, start.elapsed_time(end) * 1e3 / calls
 
 
+def time_idle(torch, fn, calls):
+    """Median host µs of one call made with the device idle."""
+    ts = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        ts.append(time.perf_counter_ns() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(ts) / 1e3
+
+
 def main(argv=None):
     a = parse_args(argv)
     ops = [o for o in a.ops.split(",") if o]
@@ -209,12 +225,13 @@ def main(argv=None):
                 h, d = time_loop(torch, fn, a.calls)
                 host[key].append(h)
                 gpu[key].append(d)
+        idle = {key: time_idle(torch, fn, a.idle_calls) for key, fn in calls.items()}
     finally:
         gc.enable()
     copy_us = statistics.median(host[("copy_", "torch")])
     rows, misses = [], []
     print(f"{'op':>24} {'backend':>9} {'host_us':>8} {'min':>7} {'max':>7} {'gpu_us':>7} "
-          f"{'ratio':>6}  target<={a.target}")
+          f"{'ratio':>6} {'idle_us':>7}  target<={a.target}")
     for (op, b), hs in host.items():
         med = statistics.median(hs)
         g = statistics.median(gpu[(op, b)])
@@ -227,12 +244,13 @@ def main(argv=None):
         if g >= 0.9 * med:
             note += " (device-bound: gpu_us ~ host_us)"
         print(f"{op:>24} {b:>9} {med:8.2f} {min(hs):7.2f} {max(hs):7.2f} {g:7.2f} "
-              f"{ratio:6.2f}  {note}")
+              f"{ratio:6.2f} {idle[(op, b)]:7.2f}  {note}")
         rows.append(dict(op=op, backend=b, pad_bs=a.pad_bs, n=a.n, vocab=a.vocab, dtype=a.dtype,
                          calls=a.calls, reps=a.reps, host_us=f"{med:.3f}",
                          host_us_min=f"{min(hs):.3f}", host_us_max=f"{max(hs):.3f}",
                          gpu_us=f"{g:.3f}", copy_us=f"{copy_us:.3f}", ratio=f"{ratio:.3f}",
-                         target=a.target, meets_target=int(ok)))
+                         target=a.target, meets_target=int(ok),
+                         idle_us=f"{idle[(op, b)]:.3f}"))
     if a.csv:
         d = os.path.dirname(a.csv)
         if d:

@@ -11,8 +11,10 @@
  * work per call outlasts its host time measures the device instead: the
  * `device` column gives the device time per call of the same loop (CUDA
  * events) and the row says `device-bound` when it is within 10 % of the
- * host time. Shapes: pad_bs 8, N 4, V 256, bf16 (small, so that the device
- * keeps up). Streams: one created non-blocking stream, and the legacy
+ * host time. `idle`: the median host time of one call made with the
+ * stream drained (a synchronization before each, outside the timing), the
+ * host's own cost whatever the device's pace. Shapes: pad_bs 8, N 4, V 256,
+ * bf16 (small, so that the device keeps up). Streams: one created non-blocking stream, and the legacy
  * default stream (NULL: torch's default). */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -38,6 +40,8 @@ static int cmpDouble(const void* a, const void* b) {
 #define REPS 7
 static int g_calls = 5000;
 static int g_failed = 0;
+#define IDLE_CALLS 2000
+static double g_idle[IDLE_CALLS];
 
 /* Times the statement after `stream` (OP(call): a library call whose
  * failure stops the row) on `stream`. */
@@ -63,14 +67,23 @@ static int g_failed = 0;
     }                                                                                      \
     cudaEventDestroy(e0);                                                                  \
     cudaEventDestroy(e1);                                                                  \
+    const int idle_n_ = g_calls < IDLE_CALLS ? g_calls : IDLE_CALLS;                       \
+    for (int i_ = 0; i_ < idle_n_ && ok; ++i_) {                                           \
+      cudaStreamSynchronize(stream);                                                       \
+      const double t0 = nowUs();                                                           \
+      __VA_ARGS__;                                                                         \
+      g_idle[i_] = nowUs() - t0;                                                           \
+    }                                                                                      \
+    cudaStreamSynchronize(stream);                                                         \
     if (!ok) {                                                                             \
       printf("%-36s %-9s %-7s failed: %s\n", name, backend, sname, dpsGetLastError());     \
       g_failed = 1;                                                                        \
       break;                                                                               \
     }                                                                                      \
     qsort(host, REPS, sizeof host[0], cmpDouble);                                          \
-    printf("%-36s %-9s %-7s %8.3f %8.3f %8.3f %8.3f%s\n", name, backend, sname,            \
-           host[REPS / 2], host[0], host[REPS - 1], dev_us,                                \
+    qsort(g_idle, idle_n_, sizeof g_idle[0], cmpDouble);                                   \
+    printf("%-36s %-9s %-7s %8.3f %8.3f %8.3f %8.3f %8.3f%s\n", name, backend, sname,      \
+           host[REPS / 2], host[0], host[REPS - 1], dev_us, g_idle[idle_n_ / 2],           \
            dev_us >= 0.9 * host[REPS / 2] ? "  device-bound" : "");                        \
   } while (0)
 
@@ -99,8 +112,8 @@ int main(int argc, char** argv) {
   int64_t* idx = (int64_t*)(buf + (3 << 20));
 
   printf("# dps-host-cost: %d calls x %d repetitions; us per call\n", g_calls, REPS);
-  printf("%-36s %-9s %-7s %8s %8s %8s %8s\n", "what", "backend", "stream", "host", "min", "max",
-         "device");
+  printf("%-36s %-9s %-7s %8s %8s %8s %8s %8s\n", "what", "backend", "stream", "host", "min",
+         "max", "device", "idle");
   int dev = 0;
   enum cudaStreamCaptureStatus cs;
   unsigned long long cid = 0;
