@@ -85,9 +85,7 @@ typedef struct {
 
 /* The valid ranges of the float parameters, one rule for the host's check
  * of the scalars and the kernels' check of the arrays: 0 when valid, else
- * DPS_SAMPLE_ARG_* of the first one out of range. */
-enum { DPS_SAMPLE_ARG_TEMPERATURE = 1, DPS_SAMPLE_ARG_TOP_K = 2, DPS_SAMPLE_ARG_TOP_P = 3,
-       DPS_SAMPLE_ARG_MIN_P = 4, DPS_SAMPLE_ARG_CANDIDATE = 5 /* bad_bits: the int32 */ };
+ * DPS_SAMPLE_ARG_* (kernels/verify_walk.h) of the first one out of range. */
 #if defined(__CUDACC__)
 #define DPS_SAMPLE_HD static __host__ __device__ __forceinline__
 #else

@@ -7,7 +7,6 @@
 
 #include <limits.h>
 
-#include "kernels/sample_kernels.h" /* DPS_SAMPLE_ARG_CANDIDATE */
 #include "kernels/verify_walk.h"
 
 /* Counts an invalid call and, unless one is recorded and not yet read

@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+/* Which argument an invalid entry is in (dpsSampleCounters.bad_arg). */
+enum { DPS_SAMPLE_ARG_TEMPERATURE = 1, DPS_SAMPLE_ARG_TOP_K = 2, DPS_SAMPLE_ARG_TOP_P = 3,
+       DPS_SAMPLE_ARG_MIN_P = 4, DPS_SAMPLE_ARG_CANDIDATE = 5 /* bad_bits: the int32 */ };
+
 /* Device counters of the drawing calls (dpsCommGetSampleStats), and the
  * first invalid entry. */
 typedef struct dpsSampleCounters {
