@@ -215,11 +215,12 @@ dpsResult_t dpsCommCreate(dpsComm_t* out, const dpsConfig_t* config, int device,
   }
   dpsLog(DPS_LOG_INFO,
          "rank %d/%d device %d: backend=%s (requested %s, available mask 0x%x, provider %s) "
-         "max_pad_bs=%d N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms%s",
+         "max_pad_bs=%d N=%d vocab=%" PRId64 " dtype=%s timeout=%d ms PDL %s%s",
          config->rank, config->tp_size, device, dpsBackendName(comm->backend),
          dpsBackendName(config->backend), avail, provider->name, config->max_pad_bs,
          config->num_tokens_per_req, config->vocab_size, dpsDataTypeName(comm->dtype),
-         comm->timeout_ms, comm->initialized ? "" : " (buffers for the logits dtype deferred)");
+         comm->timeout_ms, comm->pdl ? "on" : "off",
+         comm->initialized ? "" : " (buffers for the logits dtype deferred)");
   dpsClearError();
   *out = comm;
   return dpsSuccess;
