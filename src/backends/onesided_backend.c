@@ -31,7 +31,6 @@ typedef struct {
    * gthreads), the windows' layout and capacities (onesided_plan.h) */
   dpsOsLayout lay;
   dpsOsCommon common; /* the kernels' common arguments (built at the end of init) */
-  int pdl;           /* programmatic dependent launch (DPSAMPLING_PDL, default on) */
 
   dpsSymMem a; /* flags + fail area + gather staging */
   dpsOsWindows va; /* window A's addresses for the plans */
@@ -228,7 +227,7 @@ static dpsOsWindows windowView(const dpsSymMem* w, int tp) {
 
 static dpsOsCommon buildCommon(dpsComm_t comm, OsState* st) {
   st->va = windowView(&st->a, st->lay.tp);
-  return dpsOsMakeCommon(&st->lay, &st->va, st->dstate, st->herr_dev, comm->timeout_ms, st->pdl);
+  return dpsOsMakeCommon(&st->lay, &st->va, st->dstate, st->herr_dev, comm->timeout_ms, comm->pdl);
 }
 
 /* Creation's local part, after the exchanges that fix the grid cap and the
@@ -314,7 +313,6 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
            "onesided rank %d: DPSAMPLING_ONESIDED_GATHER_PROTO=ll128 here, but another rank asked "
            "for or could only verify ll: every rank uses ll",
            L->rank);
-  st->pdl = comm->pdl;
 
   /* Symmetric memory that is unavailable is dpsUnavailable on every rank
    * (auto then falls back to nccl): agreed before anyone registers, and
@@ -331,7 +329,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
          "onesided rank %d/%d: grid cap %d, swap LL up to %llu bytes per peer, window A %zu bytes, "
          "PDL %s, gathers %s in blocks of %d threads",
          L->rank, L->tp, L->maxb, (unsigned long long)L->ll_bytes, st->a.size,
-         st->pdl ? "on" : "off", L->gproto == DPS_OS_PROTO_LL128 ? "LL128" : "LL", L->gthreads);
+         comm->pdl ? "on" : "off", L->gproto == DPS_OS_PROTO_LL128 ? "LL128" : "LL", L->gthreads);
   return dpsSuccess;
 }
 

@@ -138,14 +138,14 @@ dpsResult_t dpsPreloadBackend(const dpsBackendOps* ops) {
  * without that wait would read its inputs before they are written). A
  * local choice: the ranks need not agree. */
 static void decidePdl(dpsComm_t comm) {
-  int ok = 0;
-  const cudaError_t e = comm->env.pdl ? dpsKernelsSupportPdl(&ok) : cudaSuccess;
-  if (comm->env.pdl && !ok)
+  comm->pdl = 0;
+  if (!comm->env.pdl) return;
+  const cudaError_t e = dpsKernelsSupportPdl(&comm->pdl);
+  if (!comm->pdl)
     dpsLog(DPS_LOG_INFO, "rank %d: programmatic dependent launch off (%s)", comm->config.rank,
            e != cudaSuccess ? cudaGetErrorString(e)
                             : "the device code running here was built for an architecture "
                               "before sm_90");
-  comm->pdl = ok;
 }
 
 /* Loads the backend's kernels and runs its init. */

@@ -85,18 +85,23 @@ static inline void dpsForgetOwnError(cudaError_t before) {
   if (before == cudaSuccess) (void)cudaGetLastError();
 }
 
+/* cudaFuncGetAttributes (which loads the kernel into the current device's
+ * context), leaving no error of ours in the runtime's last-error state. */
+static inline cudaError_t dpsKernelAttributes(const void* kernel, cudaFuncAttributes* fa) {
+  const cudaError_t before = cudaPeekAtLastError();
+  const cudaError_t e = cudaFuncGetAttributes(fa, kernel);
+  if (e != cudaSuccess) dpsForgetOwnError(before);
+  return e;
+}
+
 /* Loads the given kernels into the current device's context now. With CUDA's
  * lazy module loading a kernel is otherwise loaded at its first launch, and
  * that load may have to wait while kernels of ours spin for a peer. */
 static inline cudaError_t dpsPreload(const void* const* kernels, int count) {
-  const cudaError_t before = cudaPeekAtLastError();
   for (int i = 0; i < count; ++i) {
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, kernels[i]);
-    if (e != cudaSuccess) {
-      dpsForgetOwnError(before);
-      return e;
-    }
+    const cudaError_t e = dpsKernelAttributes(kernels[i], &fa);
+    if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }

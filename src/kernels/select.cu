@@ -470,16 +470,11 @@ extern "C" cudaError_t dpsPreloadSelectKernels(void) {
 }
 
 extern "C" cudaError_t dpsKernelsSupportPdl(int* yes) {
-  *yes = 0;
-  const cudaError_t before = cudaPeekAtLastError();
   cudaFuncAttributes fa;
-  const cudaError_t e = cudaFuncGetAttributes(&fa, (const void*)argmaxMergeKernel);
-  if (e != cudaSuccess) {
-    dpsForgetOwnError(before);
-    return e;
-  }
-  *yes = fa.ptxVersion >= 90; /* the PTX the device code came from, not the GPU */
-  return cudaSuccess;
+  const cudaError_t e = dpsKernelAttributes((const void*)argmaxMergeKernel, &fa);
+  /* the PTX the device code came from, not the GPU */
+  *yes = e == cudaSuccess && fa.ptxVersion >= 90;
+  return e;
 }
 
 /* Rows of one wave of `kernel` split over c blocks, c = 1..DPS_SEL_MAX_CHUNKS. */
