@@ -10,18 +10,14 @@
 
 #include <cuda_runtime.h>
 
+#include "spin.cuh"
+
 __global__ void earlyWriterKernel(uint32_t* dst, const uint32_t* src, size_t words,
                                   unsigned long long ns) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  if (threadIdx.x == 0) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-  }
+  if (threadIdx.x == 0) gtSpinNs(ns);
   __syncthreads();
   for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
 }

@@ -2,13 +2,9 @@
  * delayed rank). One block of one warp; spins on the global timer. */
 #include <cuda_runtime.h>
 
-__global__ void vrSpinKernel(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
-}
+#include "spin.cuh"
+
+__global__ void vrSpinKernel(unsigned long long ns) { gtSpinNs(ns); }
 
 /* Enqueues the spin on `stream`; returns the launch's own status. */
 extern "C" cudaError_t vrLaunchSpin(unsigned long long ns, cudaStream_t stream) {
