@@ -93,11 +93,15 @@ __device__ __forceinline__ void clusterBarrier() {
 struct Lse {
   float m, s;
   __device__ Lse() : m(-INFINITY), s(0.f) {}
-  /* C elements (raw: NaN propagates into s); one rescale per call. While m
-   * is -inf (nothing finite yet) s counts the -inf elements, which value()
-   * ignores. A term below 2^-126 is flushed to 0 (ex2.approx.ftz: one
-   * instruction; next to the maximum's term of 1 it cannot count), where
-   * ex2's denormal scaling cost four more per element. */
+  /* C elements (raw: NaN propagates into s); one rescale per call.
+   * A term is 2^(v*log2e - m*log2e), the product rounded before the
+   * subtraction: the maximum's own term is 2^0 = 1 exactly, with no compare,
+   * and a term below 2^-126 is flushed to 0 (ex2.approx.ftz; next to the
+   * maximum's 1 it cannot count). For an infinite m the subtrahend is 0
+   * instead: m = +inf gives s = +inf (the +inf element's term), m = -inf
+   * gives 0 for the -inf elements; value() reads neither (it returns m), and
+   * a NaN element makes s NaN either way. FMUL, FADD, MUFU and FADD per
+   * element, where the compare and ex2's denormal scaling took eleven. */
   template <int C>
   __device__ __forceinline__ void add(const float (&v)[C]) {
     float vm = v[0];
@@ -107,9 +111,9 @@ struct Lse {
       s *= fastExp2Ftz((m - vm) * LOG2E); /* m = -inf: 0 */
       m = vm;
     }
-    const float mb = m * LOG2E;
+    const float mb = fabsf(m) < INFINITY ? __fmul_rn(m, LOG2E) : 0.f;
 #pragma unroll
-    for (int t = 0; t < C; ++t) s += v[t] == m ? 1.f : fastExp2Ftz(fmaf(v[t], LOG2E, -mb));
+    for (int t = 0; t < C; ++t) s += fastExp2Ftz(__fmul_rn(v[t], LOG2E) - mb);
   }
   __device__ __forceinline__ void merge(float m2, float s2) {
     const float mm = fmaxf(m, m2);
