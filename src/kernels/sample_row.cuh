@@ -151,7 +151,8 @@ __device__ __forceinline__ void zAdd(Zb& z, float y16) {
   const float fbc = fminf(fmaxf(fb, -1099511627776.f), 1099511627776.f); /* |b| <= 2^40 */
   const long long bi = (long long)fbc;
   const float f = fminf(fmaxf(__fmul_rn(__fsub_rn(y16, fbc), 16.f), 0.f), 15.9999f);
-  const u64 t = __float2ull_rz(__fmul_rn(fastExp2(f), 16777216.f));
+  /* f in [0, 16): ex2's result is normal, the ftz form (one instruction) the same */
+  const u64 t = __float2ull_rz(__fmul_rn(fastExp2Ftz(f), 16777216.f));
   if (bi > z.b) {
     const long long d = z.b == ZB_NONE ? 4 : bi - z.b;
     if (d >= 4) {

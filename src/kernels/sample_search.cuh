@@ -28,7 +28,9 @@ static_assert(sizeof(SState) <= DPS_SAMPLE_STATE_BYTES, "state slot");
 
 __device__ __forceinline__ u64 massTerm(float x, float T, float smax) {
   const float d = __fmul_rn(__fsub_rn(dpsSampleScore(x, T), smax), LOG2E);
-  return __float2ull_rz(__fmul_rn(fastExp2(d), TERM_SCALE));
+  /* below 2^-126 the term is 0 either way (2^-126 * 2^40 truncates to 0): the
+   * ftz form (one instruction) gives the same integer for every d */
+  return __float2ull_rz(__fmul_rn(fastExp2Ftz(d), TERM_SCALE));
 }
 
 /* top_p * Z as the integer bound of the masses before a kept index: at
