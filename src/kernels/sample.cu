@@ -76,6 +76,9 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   s.offset = q.offset;
   s.topp_after = topp;
   s.mpkey = minp_on ? minpKey(h.lmax, q.T, q.min_p) : KEY_NEG_INF + 1u;
+  /* the searches stop at the dtype's last significant bit (a soft-cap's
+   * values have all 32) */
+  s.zb = a.xf.cap > 0.f ? 0 : a.dtype == 1 ? 16 : a.dtype == 2 ? 13 : 0;
   for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) s.quota[r] = 0u;
   auto exact = [&](int mode) {
     s.mode = mode;

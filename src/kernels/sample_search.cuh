@@ -13,6 +13,7 @@ namespace {
 struct SState {
   int mode, round;
   int has_thr, qall, topp_after;
+  int zb;          /* low bits of the order key constant for the dtype (bf16 16, fp16 13) */
   uint32_t prefix; /* the bits the search fixed so far */
   uint32_t tkey;   /* has_thr: kept keys are > tkey, and == tkey within quota */
   uint32_t mpkey;  /* min-p: kept keys are >= mpkey (KEY_NEG_INF + 1: off) */
@@ -52,6 +53,13 @@ __device__ __forceinline__ uint32_t roundMask(int r) {
   return hi >= 32 ? 0u : ~((1u << hi) - 1u);
 }
 
+/* The order key the bits fixed so far determine once shift <= st.zb (the
+ * rest of a key is constant for the dtype: zeros for a positive value,
+ * ones for a negative one, whose key is the inverted float). */
+__device__ __forceinline__ uint32_t keyOfPrefix(uint32_t prefix, int shift) {
+  return (prefix & 0x80000000u) ? prefix : prefix | ((1u << shift) - 1u);
+}
+
 /* The smallest order key that min-p keeps ((l - lmax) / T >= log min_p is
  * monotone in l), so that the passes compare keys only. */
 __device__ uint32_t minpKey(float lmax, float T, float min_p) {
@@ -73,15 +81,27 @@ __device__ __forceinline__ bool aboveThr(const SState& st, uint32_t key) {
 }
 
 /* ---- histogram passes (K: counts, P: masses) over a shard ------------------------- */
+/* x added to the 64-bit sum (*hi, *lo) with two 32-bit shared-memory
+ * atomics: a 64-bit one is a compare-and-swap loop on sm_90, which the warps
+ * of a block hitting one bin (most of a row falls into a few) serialize.
+ * Every wrap of *lo is seen by the one addition that caused it, so the
+ * final (hi, lo) is the exact sum whatever the order. */
+__device__ __forceinline__ void sharedAdd64(uint32_t* lo, uint32_t* hi, u64 x) {
+  const uint32_t xl = (uint32_t)x;
+  const uint32_t old = atomicAdd(lo, xl);
+  const uint32_t xh = (uint32_t)(x >> 32) + (old + xl < old ? 1u : 0u);
+  if (xh != 0u) atomicAdd(hi, xh);
+}
+
 /* Lanes that hit the same bin add their terms first (one shared-memory
- * atomic per bin and warp: most of a row falls into a few bins). */
+ * atomic per bin and warp); a warp with no lane in the round's prefix skips. */
 template <bool MASS>
 struct HistVisit {
   const SState* st;
   uint32_t mask, prefix, dmask;
   int shift;
-  uint32_t* cnt;
-  u64* mass;
+  uint32_t* lo; /* counts (K), low words of the masses (P) */
+  uint32_t* hi; /* P: high words */
   template <int CN>
   __device__ __forceinline__ void run(long long, const float (&v)[CN]) {
     const unsigned act = __activemask();
@@ -93,6 +113,7 @@ struct HistVisit {
       bool in = x > -INFINITY && (key & mask) == prefix && aboveThr(*st, key);
       /* P: ties of the top-k threshold come from the merge (their rank) */
       if (MASS && st->has_thr && !st->qall && key == st->tkey) in = false;
+      if (!__any_sync(act, in)) continue;
       const uint32_t d = in ? (key >> shift) & dmask : 0xffffffffu;
       const unsigned grp = __match_any_sync(act, d);
       if (!in) continue;
@@ -100,11 +121,11 @@ struct HistVisit {
       if (MASS) {
         /* terms <= 2^40: 20-bit halves sum without overflow over 32 lanes */
         const u64 m = massTerm(x, st->T, st->smax);
-        const unsigned hi = __reduce_add_sync(grp, (unsigned)(m >> 20));
-        const unsigned lo = __reduce_add_sync(grp, (unsigned)(m & 0xfffffu));
-        if (leader) atomicAdd(&mass[d], ((u64)hi << 20) + (u64)lo);
+        const unsigned h20 = __reduce_add_sync(grp, (unsigned)(m >> 20));
+        const unsigned l20 = __reduce_add_sync(grp, (unsigned)(m & 0xfffffu));
+        if (leader) sharedAdd64(&lo[d], &hi[d], ((u64)h20 << 20) + (u64)l20);
       } else if (leader) {
-        atomicAdd(&cnt[d], (unsigned)__popc(grp));
+        atomicAdd(&lo[d], (unsigned)__popc(grp));
       }
     }
   }
@@ -115,24 +136,23 @@ struct HistVisit {
 template <typename X>
 __device__ void histPass(const SState& st, const char* rowp, int dtype, long long nvalid,
                          const X& xf, u64* bins) {
-  __shared__ uint32_t s_cnt[BINS];
+  __shared__ uint32_t s_lo[BINS], s_hi[BINS];
   for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
-    s_cnt[i] = 0u;
-    bins[i] = 0ull;
+    s_lo[i] = 0u;
+    s_hi[i] = 0u;
   }
   __syncthreads();
   int shift, width;
   roundDigit(st.round, &shift, &width);
   if (st.mode == MODE_P) {
-    HistVisit<true> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_cnt, bins};
+    HistVisit<true> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_lo, s_hi};
     forEachElemX(rowp, dtype, 0, nvalid, xf, v);
   } else {
-    HistVisit<false> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_cnt, bins};
+    HistVisit<false> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_lo, s_hi};
     forEachElemX(rowp, dtype, 0, nvalid, xf, v);
   }
   __syncthreads();
-  if (st.mode != MODE_P)
-    for (int i = threadIdx.x; i < BINS; i += blockDim.x) bins[i] = s_cnt[i];
+  for (int i = threadIdx.x; i < BINS; i += blockDim.x) bins[i] = ((u64)s_hi[i] << 32) | s_lo[i];
   __syncthreads();
 }
 
@@ -173,10 +193,10 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
       while (d > 0 && above + h[d] < st.need) above += h[--d + 1];
       st.need -= above;
       st.prefix |= (uint32_t)d << shift;
-      if (h[d] == st.need || shift == 0) {
+      if (h[d] == st.need || shift <= st.zb) {
         st.has_thr = 1;
-        st.tkey = st.prefix;
         st.qall = h[d] == st.need;
+        st.tkey = st.qall ? st.prefix : keyOfPrefix(st.prefix, shift);
         if (!st.qall) { /* the first `need` ties by global index: rank by rank */
           u64 left = st.need;
           for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) {
@@ -208,11 +228,12 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
   while (d > 0 && above + h[d] < st.P) above += h[--d + 1];
   st.above = above;
   st.prefix |= (uint32_t)d << shift;
-  if (above + h[d] <= st.P || shift == 0) {
+  if (above + h[d] <= st.P || shift <= st.zb) {
     uint32_t q[DPS_OS_MAX_RANKS];
     bool all = above + h[d] <= st.P;
+    const uint32_t kone = keyOfPrefix(st.prefix, shift);
     if (!all) { /* one key value: ties of equal mass m, by global index */
-      const u64 m = massTerm(keyValue(st.prefix), st.T, st.smax);
+      const u64 m = massTerm(keyValue(kone), st.T, st.smax);
       if (m == 0ull) {
         all = true;
       } else {
@@ -228,7 +249,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
      * threshold (and its quotas) stays */
     if (!(all && st.has_thr && st.prefix <= st.tkey)) {
       st.has_thr = 1;
-      st.tkey = st.prefix;
+      st.tkey = all ? st.prefix : kone;
       st.qall = all;
       if (!all)
         for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) st.quota[r] = q[r];
@@ -240,49 +261,105 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
   ++st.round;
 }
 
-/* ---- the race over the kept set of a shard (index order: ties need rank) ---------- */
+/* ---- the race over the kept set of a shard ---------------------------------------- */
+/* The column of the quota-th tie (key == tkey, in the kept set) of the shard
+ * in index order: ties at the threshold are kept by index, so tied columns
+ * <= the result are kept; -1 for quota 0, nvalid when the shard holds fewer.
+ * Tiles of 8 columns a thread, counted and scanned in index order; stops at
+ * the quota. Every thread calls. */
+template <typename X>
+__device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, long long nvalid,
+                               const X& xf, uint32_t quota) {
+  __shared__ uint32_t s_warp[WARPS];
+  __shared__ long long s_cut;
+  if (quota == 0u) return -1;
+  __syncthreads(); /* the previous reader of s_cut is done */
+  if (threadIdx.x == 0) s_cut = nvalid;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+  uint32_t running = 0u;
+  for (long long base = 0; base < nvalid; base += (long long)blockDim.x * 8) {
+    const long long j0 = base + (long long)threadIdx.x * 8;
+    uint32_t m = 0u;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const long long j = j0 + u;
+      if (j >= nvalid) break;
+      const float x = xf.one(j, loadValue(rowp, j, dtype));
+      const uint32_t key = orderKey(x);
+      if (x > -INFINITY && key == st.tkey && aboveThr(st, key)) m |= 1u << u;
+    }
+    const uint32_t c = (uint32_t)__popc(m);
+    uint32_t inc = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (lane == 31) s_warp[w] = inc;
+    __syncthreads();
+    uint32_t before = 0u, total = 0u;
+    for (int i = 0; i < nw; ++i) {
+      before += i < w ? s_warp[i] : 0u;
+      total += s_warp[i];
+    }
+    const uint32_t excl = running + before + inc - c;
+    if (excl < quota && quota <= excl + c) { /* the quota-th tie is one of this thread's */
+      uint32_t left = quota - excl;
+      int u = 0;
+      for (; u < 8; ++u)
+        if (((m >> u) & 1u) && --left == 0u) break;
+      s_cut = j0 + u;
+    }
+    running += total;
+    __syncthreads(); /* s_warp is rewritten next; s_cut is set */
+    if (running >= quota) break;
+  }
+  return s_cut;
+}
+
+/* The race over the kept set: the values outside it become -inf, which the
+ * race skips; a warp with none kept skips the noise too. */
+struct KeptVisit {
+  const SState* st;
+  long long col0, cut;
+  bool ties;
+  Race race;
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+    float w[C];
+    bool any = false;
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const float x = v[t];
+      const uint32_t key = orderKey(x);
+      bool keep = x > -INFINITY && aboveThr(*st, key);
+      if (ties && key == st->tkey) keep = keep && j0 + t <= cut;
+      w[t] = keep ? x : -INFINITY;
+      any = any || keep;
+    }
+    if (__any_sync(0xffffffffu, any)) race.visit<C>((uint32_t)(col0 + j0), w);
+  }
+};
+
 template <typename X>
 __device__ void racePass(const SState& st, const char* rowp, int dtype, long long col0,
-                         long long nvalid, int rank, const X& xf, float* bk,
-                         uint32_t* bi, float* bv) {
-  __shared__ int s_warp[WARPS];
+                         long long nvalid, int rank, const X& xf, float* bk, uint32_t* bi,
+                         float* bv) {
   __shared__ Hdr s_h;
-  Race race;
-  race.init(st.T, st.seed, st.offset);
   const bool ties = st.has_thr && !st.qall;
-  const uint32_t quota = ties ? st.quota[rank] : 0u;
-  uint32_t running = 0u;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  for (long long base = 0; base < nvalid; base += blockDim.x) {
-    const long long j = base + threadIdx.x;
-    const float x = j < nvalid ? noNan(xf.one(j, loadValue(rowp, j, dtype))) : -INFINITY;
-    const uint32_t key = orderKey(x);
-    const bool in = x > -INFINITY && aboveThr(st, key);
-    const bool tied = ties && in && key == st.tkey;
-    bool keep = in && !tied;
-    if (ties) {
-      const unsigned bal = __ballot_sync(0xffffffffu, tied);
-      if (lane == 0) s_warp[w] = __popc(bal);
-      __syncthreads();
-      uint32_t before = 0u, total = 0u;
-      for (int i = 0; i < (int)(blockDim.x >> 5); ++i) {
-        before += i < w ? (uint32_t)s_warp[i] : 0u;
-        total += (uint32_t)s_warp[i];
-      }
-      const uint32_t pos = running + before + (uint32_t)__popc(bal & ((1u << lane) - 1u));
-      keep = keep || (tied && pos < quota);
-      running += total;
-      __syncthreads();
-    }
-    const float v[1] = {keep ? x : -INFINITY};
-    race.visit<1>((uint32_t)(col0 + j), v); /* the loop's trip count is the block's */
-  }
-  race.finish();
+  KeptVisit f;
+  f.st = &st;
+  f.col0 = col0;
+  f.ties = ties;
+  f.cut = ties ? tieCutoff(st, rowp, dtype, nvalid, xf, st.quota[rank]) : nvalid;
+  f.race.init(st.T, st.seed, st.offset);
+  forEachElemWarpX<4>(rowp, dtype, 0, nvalid, xf, f);
+  f.race.finish();
   Hdr h;
   hdrInit(h);
-  h.rkey = race.best.k;
-  h.ridx = race.best.i;
-  h.rval = race.best.v;
+  h.rkey = f.race.best.k;
+  h.ridx = f.race.best.i;
+  h.rval = f.race.best.v;
   blockHdrReduce<false, false>(h, &s_h);
   *bk = s_h.rkey;
   *bi = s_h.ridx;
