@@ -146,6 +146,24 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
 
 /* Adds 2^y as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16); y16 = y / 16
  * (finite: the score times log2(e) / 16, which cannot overflow). */
+/* The buckets moved up to a new top bucket bi > z.b. Out of line: a
+ * thread's top bucket rises a few times per row, and inlined, the moves
+ * were if-converted into selects that every element executed. */
+__device__ __noinline__ Zb zRaise(Zb z, long long bi) {
+  const long long d = z.b == ZB_NONE ? 4 : bi - z.b;
+  if (d >= 4) {
+    z.s0 = z.s1 = z.s2 = z.s3 = 0ull;
+  } else if (d == 1) {
+    z.s3 = z.s2; z.s2 = z.s1; z.s1 = z.s0; z.s0 = 0ull;
+  } else if (d == 2) {
+    z.s3 = z.s1; z.s2 = z.s0; z.s1 = 0ull; z.s0 = 0ull;
+  } else {
+    z.s3 = z.s0; z.s2 = z.s1 = z.s0 = 0ull;
+  }
+  z.b = bi;
+  return z;
+}
+
 __device__ __forceinline__ void zAdd(Zb& z, float y16) {
   const float fb = floorf(y16);
   const float fbc = fminf(fmaxf(fb, -1099511627776.f), 1099511627776.f); /* |b| <= 2^40 */
@@ -153,19 +171,7 @@ __device__ __forceinline__ void zAdd(Zb& z, float y16) {
   const float f = fminf(fmaxf(__fmul_rn(__fsub_rn(y16, fbc), 16.f), 0.f), 15.9999f);
   /* f in [0, 16): ex2's result is normal, the ftz form (one instruction) the same */
   const u64 t = __float2ull_rz(__fmul_rn(fastExp2Ftz(f), 16777216.f));
-  if (bi > z.b) {
-    const long long d = z.b == ZB_NONE ? 4 : bi - z.b;
-    if (d >= 4) {
-      z.s0 = z.s1 = z.s2 = z.s3 = 0ull;
-    } else if (d == 1) {
-      z.s3 = z.s2; z.s2 = z.s1; z.s1 = z.s0; z.s0 = 0ull;
-    } else if (d == 2) {
-      z.s3 = z.s1; z.s2 = z.s0; z.s1 = 0ull; z.s0 = 0ull;
-    } else {
-      z.s3 = z.s0; z.s2 = z.s1 = z.s0 = 0ull;
-    }
-    z.b = bi;
-  }
+  if (bi > z.b) z = zRaise(z, bi);
   const long long d = z.b - bi;
   z.s0 += d == 0 ? t : 0ull;
   z.s1 += d == 1 ? t : 0ull;

@@ -74,11 +74,19 @@ __device__ uint32_t minpKey(float lmax, float T, float min_p) {
   return lo;
 }
 
-/* Whether key (of a valid index) is in the set the searches keep, ties at
- * tkey aside (they need their rank among the shard's ties). */
-__device__ __forceinline__ bool aboveThr(const SState& st, uint32_t key) {
-  return key >= st.mpkey && (!st.has_thr || key >= st.tkey);
-}
+/* Whether a key (of a valid index) is in the set the searches keep so far,
+ * ties at tkey aside (they need their rank among the shard's ties): the
+ * state's fields in registers (the state is in shared memory, which the
+ * passes' atomics may alias, so a pass would reload it per element). */
+struct KeptKeys {
+  uint32_t mpkey, tkey;
+  bool has_thr;
+  __device__ __forceinline__ explicit KeptKeys(const SState& st)
+      : mpkey(st.mpkey), tkey(st.tkey), has_thr(st.has_thr != 0) {}
+  __device__ __forceinline__ bool above(uint32_t key) const {
+    return key >= mpkey && (!has_thr || key >= tkey);
+  }
+};
 
 /* ---- histogram passes (K: counts, P: masses) over a shard ------------------------- */
 /* x added to the 64-bit sum (*hi, *lo) with two 32-bit shared-memory
@@ -93,40 +101,42 @@ __device__ __forceinline__ void sharedAdd64(uint32_t* lo, uint32_t* hi, u64 x) {
   if (xh != 0u) atomicAdd(hi, xh);
 }
 
-/* Lanes that hit the same bin add their terms first (one shared-memory
- * atomic per bin and warp); a warp with no lane in the round's prefix skips. */
+/* Each thread sums the terms of its current bin in a register and adds the
+ * sum to the block's bins only when its bin changes (most of a row falls
+ * into a few bins): integer sums, so the order does not matter. */
 template <bool MASS>
 struct HistVisit {
-  const SState* st;
+  KeptKeys kk;
   uint32_t mask, prefix, dmask;
   int shift;
+  bool tie_out; /* P: ties of the top-k threshold come from the merge (their rank) */
+  float T, smax;
   uint32_t* lo; /* counts (K), low words of the masses (P) */
   uint32_t* hi; /* P: high words */
+  uint32_t cur; /* the thread's current bin; BINS: none */
+  u64 sum;
+  __device__ __forceinline__ void flush() {
+    if (cur < (uint32_t)BINS && sum != 0ull) {
+      if (MASS) sharedAdd64(&lo[cur], &hi[cur], sum);
+      else atomicAdd(&lo[cur], (uint32_t)sum); /* a shard's count fits */
+    }
+    sum = 0ull;
+  }
   template <int CN>
   __device__ __forceinline__ void run(long long, const float (&v)[CN]) {
-    const unsigned act = __activemask();
-    const unsigned lane_lt = (1u << (threadIdx.x & 31)) - 1u;
 #pragma unroll
     for (int t = 0; t < CN; ++t) {
       const float x = v[t];
       const uint32_t key = orderKey(x);
-      bool in = x > -INFINITY && (key & mask) == prefix && aboveThr(*st, key);
-      /* P: ties of the top-k threshold come from the merge (their rank) */
-      if (MASS && st->has_thr && !st->qall && key == st->tkey) in = false;
-      if (!__any_sync(act, in)) continue;
-      const uint32_t d = in ? (key >> shift) & dmask : 0xffffffffu;
-      const unsigned grp = __match_any_sync(act, d);
+      const bool in = x > -INFINITY && (key & mask) == prefix && kk.above(key) &&
+                      !(tie_out && key == kk.tkey);
       if (!in) continue;
-      const bool leader = (grp & lane_lt) == 0u;
-      if (MASS) {
-        /* terms <= 2^40: 20-bit halves sum without overflow over 32 lanes */
-        const u64 m = massTerm(x, st->T, st->smax);
-        const unsigned h20 = __reduce_add_sync(grp, (unsigned)(m >> 20));
-        const unsigned l20 = __reduce_add_sync(grp, (unsigned)(m & 0xfffffu));
-        if (leader) sharedAdd64(&lo[d], &hi[d], ((u64)h20 << 20) + (u64)l20);
-      } else if (leader) {
-        atomicAdd(&lo[d], (unsigned)__popc(grp));
+      const uint32_t d = (key >> shift) & dmask;
+      if (d != cur) {
+        flush();
+        cur = d;
       }
+      sum += MASS ? massTerm(x, T, smax) : 1ull;
     }
   }
 };
@@ -144,12 +154,19 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   __syncthreads();
   int shift, width;
   roundDigit(st.round, &shift, &width);
+  const KeptKeys kk(st);
+  const uint32_t mask = roundMask(st.round), dmask = (1u << width) - 1u;
+  const bool tie_out = st.has_thr && !st.qall;
   if (st.mode == MODE_P) {
-    HistVisit<true> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_lo, s_hi};
+    HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi,
+                      (uint32_t)BINS, 0ull};
     forEachElemX(rowp, dtype, 0, nvalid, xf, v);
+    v.flush();
   } else {
-    HistVisit<false> v{&st, roundMask(st.round), st.prefix, (1u << width) - 1u, shift, s_lo, s_hi};
+    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi,
+                       (uint32_t)BINS, 0ull};
     forEachElemX(rowp, dtype, 0, nvalid, xf, v);
+    v.flush();
   }
   __syncthreads();
   for (int i = threadIdx.x; i < BINS; i += blockDim.x) bins[i] = ((u64)s_hi[i] << 32) | s_lo[i];
@@ -277,6 +294,7 @@ __device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, lo
   if (threadIdx.x == 0) s_cut = nvalid;
   __syncthreads();
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+  const KeptKeys kk(st);
   uint32_t running = 0u;
   for (long long base = 0; base < nvalid; base += (long long)blockDim.x * 8) {
     const long long j0 = base + (long long)threadIdx.x * 8;
@@ -287,7 +305,7 @@ __device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, lo
       if (j >= nvalid) break;
       const float x = xf.one(j, loadValue(rowp, j, dtype));
       const uint32_t key = orderKey(x);
-      if (x > -INFINITY && key == st.tkey && aboveThr(st, key)) m |= 1u << u;
+      if (x > -INFINITY && key == kk.tkey && kk.above(key)) m |= 1u << u;
     }
     const uint32_t c = (uint32_t)__popc(m);
     uint32_t inc = c;
@@ -320,7 +338,7 @@ __device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, lo
 /* The race over the kept set: the values outside it become -inf, which the
  * race skips; a warp with none kept skips the noise too. */
 struct KeptVisit {
-  const SState* st;
+  KeptKeys kk;
   long long col0, cut;
   bool ties;
   Race race;
@@ -332,8 +350,8 @@ struct KeptVisit {
     for (int t = 0; t < C; ++t) {
       const float x = v[t];
       const uint32_t key = orderKey(x);
-      bool keep = x > -INFINITY && aboveThr(*st, key);
-      if (ties && key == st->tkey) keep = keep && j0 + t <= cut;
+      bool keep = x > -INFINITY && kk.above(key);
+      if (ties && key == kk.tkey) keep = keep && j0 + t <= cut;
       w[t] = keep ? x : -INFINITY;
       any = any || keep;
     }
@@ -347,8 +365,7 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
                          float* bv) {
   __shared__ Hdr s_h;
   const bool ties = st.has_thr && !st.qall;
-  KeptVisit f;
-  f.st = &st;
+  KeptVisit f{KeptKeys(st)};
   f.col0 = col0;
   f.ties = ties;
   f.cut = ties ? tieCutoff(st, rowp, dtype, nvalid, xf, st.quota[rank]) : nvalid;
