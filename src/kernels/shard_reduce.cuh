@@ -182,7 +182,8 @@ __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long lo
 /* As forEachElemT, with every call of f.run<C>(j0, v) made by a whole warp
  * at once (warp-wide votes and shuffles are allowed inside run): a lane
  * without a column there gets v[t] = -inf (and an unspecified j0), which the
- * visitor must ignore like a -inf logit. The head and the tail go to warp 0. */
+ * visitor must ignore like a -inf logit. The head and the tail go to warp 0.
+ * U: vectors held per thread, as two stages of U / 2. */
 template <int DT, int U, typename F>
 __device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long from, long long to,
                                                  F& f) {
@@ -199,26 +200,35 @@ __device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long fro
     f.template run<1>(j, v);
   }
   const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
-  const long long step = (long long)blockDim.x * U;
-  for (long long w0 = (long long)(threadIdx.x - lane); w0 < nvec; w0 += step) {
-    uint4 q[U];
+  /* two stages of U / 2 vectors: a stage's loads are in flight while the
+   * warp visits the previous one (one block per SM leaves few warps to hide
+   * the latency otherwise); lanes past the end decode a vector of -inf */
+  constexpr int H = U / 2 > 0 ? U / 2 : 1;
+  constexpr uint32_t ninf = DT == 0 ? 0xFF800000u : DT == 1 ? 0xFF80FF80u : 0xFC00FC00u;
+  const long long step = (long long)blockDim.x * H;
+  uint4 q[H], n[H];
+  long long w0 = (long long)(threadIdx.x - lane);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = w0 + lane + (long long)u * blockDim.x;
-      q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+  for (int u = 0; u < H; ++u) {
+    const long long i = w0 + lane + (long long)u * blockDim.x;
+    q[u] = i < nvec ? __ldg(vp + i) : make_uint4(ninf, ninf, ninf, ninf);
+  }
+  for (; w0 < nvec; w0 += step) {
+#pragma unroll
+    for (int u = 0; u < H; ++u) { /* the next stage */
+      const long long i = w0 + step + lane + (long long)u * blockDim.x;
+      n[u] = i < nvec ? __ldg(vp + i) : make_uint4(ninf, ninf, ninf, ninf);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < H; ++u) {
       if (w0 + (long long)u * blockDim.x >= nvec) break; /* warp-uniform */
       const long long i = w0 + lane + (long long)u * blockDim.x;
       float v[per];
       decodeVec<DT>(q[u], v);
-      if (i >= nvec) {
-#pragma unroll
-        for (int t = 0; t < per; ++t) v[t] = -INFINITY;
-      }
       f.template run<per>(vfrom + i * per, v);
     }
+#pragma unroll
+    for (int u = 0; u < H; ++u) q[u] = n[u];
   }
   if (threadIdx.x < 32 && tail < to) {
     const long long j = tail + lane;
