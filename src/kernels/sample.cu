@@ -294,17 +294,10 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
  * fast path here; the exact path on this block at tp == 1, else the row's
  * search state for the next steps. Nothing is written when `bad`. */
 template <typename X>
-__device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const Hdr& h, const u64* sel,
-                        bool bad) {
+__device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const RowP& q,
+                                    const Hdr& h, const u64* sel, bool bad) {
   __shared__ SState s_st;
   __shared__ int s_path;
-  RowP q = rowParams(a.p, row);
-  uint32_t bits;
-  if (badArg(q, &bits)) {
-    q.T = 1.f;
-    q.top_p = 1.f;
-    q.min_p = 0.f;
-  }
   if (threadIdx.x < 32) {
     s_st.mode = MODE_DONE;
     __syncwarp();
@@ -326,7 +319,8 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
  * finish merges the chunks' records and emits the row's record, or at
  * tp == 1 draws the row itself. */
 template <typename X>
-__device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e) {
+__device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e,
+                                          bool bad) {
   __shared__ Hdr s_hdr;
   __shared__ u64 s_sel[CAND];
   __shared__ u64 s_lists[DPS_SAMPLE_MAX_CHUNKS * CAND];
@@ -334,13 +328,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   __shared__ int s_last;
   const long long row = item / a.chunks;
   const int chunk = (int)(item % a.chunks);
-  RowP q = rowParams(a.p, row);
-  uint32_t bits;
-  if (badArg(q, &bits)) { /* nothing is written; keep the pass well-defined */
-    q.T = 1.f;
-    q.top_p = 1.f;
-    q.min_p = 0.f;
-  }
+  const RowP q = rowParamsDefined(a.p, row);
   const bool greedy = q.T == 0.f;
   const bool topk_on = q.k > 0, topp_on = q.top_p < 1.f, minp_on = q.min_p > 0.f;
   const bool cand = a.cand > 0 && !greedy && (topk_on || topp_on || minp_on);
@@ -408,7 +396,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
     __syncthreads();
   }
   if (a.tp == 1) { /* no exchange: the draw on this block (one kernel per call) */
-    drawRow<X>(a, row, s_hdr, s_sel, callInvalid(a, row == 0));
+    drawRow<X>(a, row, q, s_hdr, s_sel, bad);
     return;
   }
   if (threadIdx.x == 0) hdrPack(s_hdr, s_rec);
@@ -433,15 +421,18 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   const bool ll = a.sink.kind == DPS_REC_LL;
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
   if (e == 0) return;
+  /* tp == 1 draws here: whether any entry of the call is invalid, once per
+   * block (block 0 records it), not once per row */
+  const bool bad = a.tp == 1 && callInvalid(a, blockIdx.x == 0);
   FOR_ITEMS(item, a.rows * a.chunks) {
     __syncthreads();
-    firstItem<X>(a, item, e);
+    firstItem<X>(a, item, e, bad);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
   /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
   if (a.walk.pad_bs > 0) {
-    const long long bad = dpsWalkCheck(a.walk);
-    if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !callInvalid(a, false)) dpsWalkRequests(a.walk, bad);
+    const long long badc = dpsWalkCheck(a.walk);
+    if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !bad) dpsWalkRequests(a.walk, badc);
   }
 }
 
@@ -531,7 +522,8 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
       if (place < a.cand) s_sel[place] = s_lists[i];
     }
     __syncthreads();
-    drawRow<NoXform>(a, row, s_hdr, s_sel, bad); /* tp > 1: no exact pass here, no reads */
+    drawRow<NoXform>(a, row, rowParamsDefined(a.p, row), s_hdr, s_sel,
+                     bad); /* tp > 1: no exact pass here, no reads */
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);

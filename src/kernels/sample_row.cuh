@@ -85,6 +85,19 @@ __device__ __forceinline__ int badArg(const RowP& q, uint32_t* bits) {
   return arg;
 }
 
+/* The row's parameters, an invalid entry's replaced by T = 1 and no filter:
+ * nothing is written for such a call, but its passes stay well-defined. */
+__device__ __forceinline__ RowP rowParamsDefined(const dpsSampleParamsDev& d, long long row) {
+  RowP q = rowParams(d, row);
+  uint32_t bits;
+  if (badArg(q, &bits)) {
+    q.T = 1.f;
+    q.top_p = 1.f;
+    q.min_p = 0.f;
+  }
+  return q;
+}
+
 /* Whether the call has an invalid array entry (block-uniform). `report`:
  * this block counts the call and records the first such entry. */
 __device__ bool callInvalid(const dpsSampleArgs& a, bool report) {
