@@ -431,8 +431,8 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
   /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
   if (a.walk.pad_bs > 0) {
-    const long long badc = dpsWalkCheck(a.walk);
-    if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !bad) dpsWalkRequests(a.walk, badc);
+    const long long bad_cand = dpsWalkCheck(a.walk);
+    if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !bad) dpsWalkRequests(a.walk, bad_cand);
   }
 }
 
@@ -522,8 +522,8 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
       if (place < a.cand) s_sel[place] = s_lists[i];
     }
     __syncthreads();
-    drawRow<NoXform>(a, row, rowParamsDefined(a.p, row), s_hdr, s_sel,
-                     bad); /* tp > 1: no exact pass here, no reads */
+    /* tp > 1: no exact pass here, no reads */
+    drawRow<NoXform>(a, row, rowParamsDefined(a.p, row), s_hdr, s_sel, bad);
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);

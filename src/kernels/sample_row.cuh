@@ -157,8 +157,6 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
   a = r;
 }
 
-/* Adds 2^y as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16); y16 = y / 16
- * (finite: the score times log2(e) / 16, which cannot overflow). */
 /* The buckets moved up to a new top bucket bi > z.b. Out of line: a
  * thread's top bucket rises a few times per row, and inlined, the moves
  * were if-converted into selects that every element executed. */
@@ -177,6 +175,8 @@ __device__ __noinline__ Zb zRaise(Zb z, long long bi) {
   return z;
 }
 
+/* Adds 2^y as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16); y16 = y / 16
+ * (finite: the score times log2(e) / 16, which cannot overflow). */
 __device__ __forceinline__ void zAdd(Zb& z, float y16) {
   const float fb = floorf(y16);
   const float fbc = fminf(fmaxf(fb, -1099511627776.f), 1099511627776.f); /* |b| <= 2^40 */
