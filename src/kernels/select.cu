@@ -93,7 +93,9 @@ __device__ __forceinline__ void clusterBarrier() {
 struct Lse {
   float m, s;
   __device__ Lse() : m(-INFINITY), s(0.f) {}
-  /* C elements (raw: NaN propagates into s); one rescale per call.
+  /* C elements (raw: NaN propagates into s) whose non-NaN values are all
+   * <= vm (the argmax's running maximum: no maxima of their own); one
+   * rescale per call.
    * A term is 2^(v*log2e - m*log2e), the product rounded before the
    * subtraction: the maximum's own term is 2^0 = 1 exactly, with no compare,
    * and a term below 2^-126 is flushed to 0 (ex2.approx.ftz; next to the
@@ -103,10 +105,7 @@ struct Lse {
    * a NaN element makes s NaN either way. FMUL, FADD, MUFU and FADD per
    * element, where the compare and ex2's denormal scaling took eleven. */
   template <int C>
-  __device__ __forceinline__ void add(const float (&v)[C]) {
-    float vm = v[0];
-#pragma unroll
-    for (int t = 1; t < C; ++t) vm = fmaxf(vm, v[t]);
+  __device__ __forceinline__ void add(const float (&v)[C], float vm) {
     if (vm > m) {
       s *= fastExp2Ftz((m - vm) * LOG2E); /* m = -inf: 0 */
       m = vm;
@@ -220,7 +219,7 @@ struct ArgVisit {
       st.v = take ? v[t] : st.v;
       st.i = take ? col0 + (uint32_t)(j0 + t) : st.i;
     }
-    if (LSE) st.lse.add(v);
+    if (LSE) st.lse.add(v, st.v);
   }
 };
 
