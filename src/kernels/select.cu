@@ -241,7 +241,10 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
   long long from, to;
   chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
-  forEachElem(rowp, a.dtype, from, to, vis);
+  /* the logsumexp's registers leave no room for four loads ahead of use
+   * (32 a thread): two stages of two instead */
+  if (LSE) forEachElemStaged<4>(rowp, a.dtype, from, to, vis);
+  else forEachElem(rowp, a.dtype, from, to, vis);
   if (a.early_release) dpsPdlRelease(); /* the dependent may be scheduled (it waits for us) */
   ArgState& st = vis.st;
   blockArgReduce<ARGMAX_THREADS, LSE>(st);

@@ -170,6 +170,62 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
   }
 }
 
+/* As forEachElemT, the vectors as two stages of U / 2: a stage's loads are
+ * issued before the previous stage is visited, so that a kernel held to few
+ * registers still has loads in flight while it works. */
+template <int DT, int U, typename F>
+__device__ __forceinline__ void forEachElemStagedT(const char* rowp, long long from, long long to,
+                                                   F& f) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  constexpr int per = 16 / esize;
+  constexpr int H = U / 2 > 0 ? U / 2 : 1;
+  const long long head = alignHead<DT>(rowp, from, to);
+  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
+  const long long vfrom = from + head;
+  const long long nvec = (to - vfrom) / per;
+  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  const long long step = (long long)blockDim.x * H;
+  uint4 q[H], n[H];
+  long long i0 = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < H; ++u) {
+    const long long i = i0 + (long long)u * blockDim.x;
+    q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  for (; i0 < nvec; i0 += step) {
+#pragma unroll
+    for (int u = 0; u < H; ++u) {
+      const long long i = i0 + step + (long long)u * blockDim.x;
+      n[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < H; ++u) {
+      const long long i = i0 + (long long)u * blockDim.x;
+      if (i >= nvec) break; /* past this thread's last vector */
+      float v[per];
+      decodeVec<DT>(q[u], v);
+      f.template run<per>(vfrom + i * per, v);
+    }
+#pragma unroll
+    for (int u = 0; u < H; ++u) q[u] = n[u];
+  }
+  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
+}
+
+template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElemStaged(const char* rowp, int dtype, long long from,
+                                                  long long to, F& f) {
+  if (dtype == 1) forEachElemStagedT<1, U>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemStagedT<2, U>(rowp, from, to, f);
+  else forEachElemStagedT<0, U>(rowp, from, to, f);
+}
+
 /* U: vectors in flight per thread. */
 template <int U = 4, typename F>
 __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
