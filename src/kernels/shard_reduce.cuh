@@ -170,62 +170,6 @@ __device__ __forceinline__ void forEachElemT(const char* rowp, long long from, l
   }
 }
 
-/* As forEachElemT, the vectors as two stages of U / 2: a stage's loads are
- * issued before the previous stage is visited, so that a kernel held to few
- * registers still has loads in flight while it works. */
-template <int DT, int U, typename F>
-__device__ __forceinline__ void forEachElemStagedT(const char* rowp, long long from, long long to,
-                                                   F& f) {
-  constexpr int esize = DT == 0 ? 4 : 2;
-  constexpr int per = 16 / esize;
-  constexpr int H = U / 2 > 0 ? U / 2 : 1;
-  const long long head = alignHead<DT>(rowp, from, to);
-  for (long long j = from + threadIdx.x; j < from + head; j += blockDim.x) {
-    const float v[1] = {loadValue(rowp, j, DT)};
-    f.template run<1>(j, v);
-  }
-  const long long vfrom = from + head;
-  const long long nvec = (to - vfrom) / per;
-  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
-  const long long step = (long long)blockDim.x * H;
-  uint4 q[H], n[H];
-  long long i0 = threadIdx.x;
-#pragma unroll
-  for (int u = 0; u < H; ++u) {
-    const long long i = i0 + (long long)u * blockDim.x;
-    q[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
-  }
-  for (; i0 < nvec; i0 += step) {
-#pragma unroll
-    for (int u = 0; u < H; ++u) {
-      const long long i = i0 + step + (long long)u * blockDim.x;
-      n[u] = i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int u = 0; u < H; ++u) {
-      const long long i = i0 + (long long)u * blockDim.x;
-      if (i >= nvec) break; /* past this thread's last vector */
-      float v[per];
-      decodeVec<DT>(q[u], v);
-      f.template run<per>(vfrom + i * per, v);
-    }
-#pragma unroll
-    for (int u = 0; u < H; ++u) q[u] = n[u];
-  }
-  for (long long j = vfrom + nvec * per + threadIdx.x; j < to; j += blockDim.x) {
-    const float v[1] = {loadValue(rowp, j, DT)};
-    f.template run<1>(j, v);
-  }
-}
-
-template <int U = 4, typename F>
-__device__ __forceinline__ void forEachElemStaged(const char* rowp, int dtype, long long from,
-                                                  long long to, F& f) {
-  if (dtype == 1) forEachElemStagedT<1, U>(rowp, from, to, f);
-  else if (dtype == 2) forEachElemStagedT<2, U>(rowp, from, to, f);
-  else forEachElemStagedT<0, U>(rowp, from, to, f);
-}
-
 /* U: vectors in flight per thread. */
 template <int U = 4, typename F>
 __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long long from,
@@ -235,50 +179,60 @@ __device__ __forceinline__ void forEachElem(const char* rowp, int dtype, long lo
   else forEachElemT<0, U>(rowp, from, to, f);
 }
 
-/* As forEachElemT, with every call of f.run<C>(j0, v) made by a whole warp
- * at once (warp-wide votes and shuffles are allowed inside run): a lane
- * without a column there gets v[t] = -inf (and an unspecified j0), which the
- * visitor must ignore like a -inf logit. The head and the tail go to warp 0.
- * U: vectors held per thread, as two stages of U / 2. */
-template <int DT, int U, typename F>
-__device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long from, long long to,
-                                                 F& f) {
+/* The vectors of [from, to) as two stages of U / 2 per thread: a stage's
+ * loads are in flight while the previous stage is visited (a kernel held to
+ * few registers, or one block per SM, has few loads in flight otherwise).
+ * WARP = false: each thread visits its own columns (forEachElemStaged).
+ * WARP = true: every call of f.run<C>(j0, v) is made by a whole warp at once
+ * (warp-wide votes and shuffles are allowed inside run): a lane without a
+ * column there gets v[t] = -inf (and an unspecified j0), which the visitor
+ * must ignore like a -inf logit; the head and the tail go to warp 0
+ * (forEachElemWarp). */
+template <int DT, int U, bool WARP, typename F>
+__device__ __forceinline__ void forEachElemStagesT(const char* rowp, long long from, long long to,
+                                                   F& f) {
   constexpr int esize = DT == 0 ? 4 : 2;
   constexpr int per = 16 / esize;
   const int lane = threadIdx.x & 31;
   const long long head = alignHead<DT>(rowp, from, to);
+  for (long long j = from + threadIdx.x; !WARP && j < from + head; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
+    f.template run<1>(j, v);
+  }
   const long long vfrom = from + head;
   const long long nvec = (to - vfrom) / per;
   const long long tail = vfrom + nvec * per;
-  if (threadIdx.x < 32 && head > 0) {
+  if (WARP && threadIdx.x < 32 && head > 0) {
     const long long j = from + lane;
     const float v[1] = {j < vfrom ? loadValue(rowp, j, DT) : -INFINITY};
     f.template run<1>(j, v);
   }
   const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
-  /* two stages of U / 2 vectors: a stage's loads are in flight while the
-   * warp visits the previous one (one block per SM leaves few warps to hide
-   * the latency otherwise); lanes past the end decode a vector of -inf */
+  /* base: the warp's first lane (WARP: its break is warp-uniform) or the
+   * thread's own; loads past the end give a vector of -inf (WARP: lanes
+   * past the end visit it) or 0 (never visited) */
   constexpr int H = U / 2 > 0 ? U / 2 : 1;
-  constexpr uint32_t ninf = DT == 0 ? 0xFF800000u : DT == 1 ? 0xFF80FF80u : 0xFC00FC00u;
+  constexpr uint32_t pad = !WARP ? 0u
+                          : DT == 0 ? 0xFF800000u : DT == 1 ? 0xFF80FF80u : 0xFC00FC00u;
   const long long step = (long long)blockDim.x * H;
+  const int off = WARP ? lane : 0;
   uint4 q[H], n[H];
-  long long w0 = (long long)(threadIdx.x - lane);
+  long long base = (long long)(threadIdx.x - off);
 #pragma unroll
   for (int u = 0; u < H; ++u) {
-    const long long i = w0 + lane + (long long)u * blockDim.x;
-    q[u] = i < nvec ? __ldg(vp + i) : make_uint4(ninf, ninf, ninf, ninf);
+    const long long i = base + off + (long long)u * blockDim.x;
+    q[u] = i < nvec ? __ldg(vp + i) : make_uint4(pad, pad, pad, pad);
   }
-  for (; w0 < nvec; w0 += step) {
+  for (; base < nvec; base += step) {
 #pragma unroll
     for (int u = 0; u < H; ++u) { /* the next stage */
-      const long long i = w0 + step + lane + (long long)u * blockDim.x;
-      n[u] = i < nvec ? __ldg(vp + i) : make_uint4(ninf, ninf, ninf, ninf);
+      const long long i = base + step + off + (long long)u * blockDim.x;
+      n[u] = i < nvec ? __ldg(vp + i) : make_uint4(pad, pad, pad, pad);
     }
 #pragma unroll
     for (int u = 0; u < H; ++u) {
-      if (w0 + (long long)u * blockDim.x >= nvec) break; /* warp-uniform */
-      const long long i = w0 + lane + (long long)u * blockDim.x;
+      if (base + (long long)u * blockDim.x >= nvec) break;
+      const long long i = base + off + (long long)u * blockDim.x;
       float v[per];
       decodeVec<DT>(q[u], v);
       f.template run<per>(vfrom + i * per, v);
@@ -286,19 +240,31 @@ __device__ __forceinline__ void forEachElemWarpT(const char* rowp, long long fro
 #pragma unroll
     for (int u = 0; u < H; ++u) q[u] = n[u];
   }
-  if (threadIdx.x < 32 && tail < to) {
+  if (WARP && threadIdx.x < 32 && tail < to) {
     const long long j = tail + lane;
     const float v[1] = {j < to ? loadValue(rowp, j, DT) : -INFINITY};
+    f.template run<1>(j, v);
+  }
+  for (long long j = vfrom + nvec * per + threadIdx.x; !WARP && j < to; j += blockDim.x) {
+    const float v[1] = {loadValue(rowp, j, DT)};
     f.template run<1>(j, v);
   }
 }
 
 template <int U = 4, typename F>
+__device__ __forceinline__ void forEachElemStaged(const char* rowp, int dtype, long long from,
+                                                  long long to, F& f) {
+  if (dtype == 1) forEachElemStagesT<1, U, false>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemStagesT<2, U, false>(rowp, from, to, f);
+  else forEachElemStagesT<0, U, false>(rowp, from, to, f);
+}
+
+template <int U = 4, typename F>
 __device__ __forceinline__ void forEachElemWarp(const char* rowp, int dtype, long long from,
                                                 long long to, F& f) {
-  if (dtype == 1) forEachElemWarpT<1, U>(rowp, from, to, f);
-  else if (dtype == 2) forEachElemWarpT<2, U>(rowp, from, to, f);
-  else forEachElemWarpT<0, U>(rowp, from, to, f);
+  if (dtype == 1) forEachElemStagesT<1, U, true>(rowp, from, to, f);
+  else if (dtype == 2) forEachElemStagesT<2, U, true>(rowp, from, to, f);
+  else forEachElemStagesT<0, U, true>(rowp, from, to, f);
 }
 
 /* A visitor f that sees the values through the transform xf (uniform over
