@@ -137,6 +137,24 @@ typedef struct {
   int64_t nbytes;
 } TArg;
 
+/* A tensor as torch's DLPack C exchange API sees it (dlpack.c): borrowed
+ * from the tensor, valid until Python code runs. */
+typedef struct {
+  void* ptr;              /* the first element */
+  int device;             /* the CUDA device, -1 when not on one */
+  int ndim;
+  const int64_t* shape;
+  const int64_t* strides; /* in elements; NULL: compact row-major */
+  DLDataType dtype;
+} TensorView;
+
+/* After torch_load has torch.Tensor: looks for torch's exchange API. */
+void tensor_view_init(void);
+/* 1 with *v filled when t is exactly a torch.Tensor and the API read it; 0
+ * when the caller must ask the tensor's methods instead. */
+int tensor_view(PyObject* t, TensorView* v);
+PyObject* tensor_fast_path(PyObject* mod, PyObject* const* args, Py_ssize_t nargs);
+
 /* The table row of t.dtype: -1 for a dtype not in the table, -2 (TypeError
  * set, naming `name`) when t is not a tensor (dtype.c). */
 int tensor_dt(PyObject* t, const char* name);

@@ -105,6 +105,124 @@ PyObject* make_tensor(Handle* owner, void* ptr, int device, DLDataType dt, int n
 }
 
 /* ------------------------------------------------------------------------- */
+/* DLPack in: torch's C exchange API                                          */
+
+/* DLPack 1.3's DLPackExchangeAPI, which torch (2.10 and later) puts on
+ * torch.Tensor as the capsule __dlpack_c_exchange_api__: a table of C
+ * functions, one of which fills a non-owning DLTensor of a tensor in one
+ * call, where the methods take four (get_device, shape, is_contiguous,
+ * data_ptr). Only that function is used; the others are opaque here. */
+typedef struct {
+  uint32_t major, minor;
+} DLPackVersion;
+
+typedef struct DLPackExchangeAPIHeader {
+  DLPackVersion version;
+  struct DLPackExchangeAPIHeader* prev_api; /* an older version's table, or NULL */
+} DLPackExchangeAPIHeader;
+
+typedef struct {
+  DLPackExchangeAPIHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out); /* may be NULL */
+  void* current_work_stream;
+} DLPackExchangeAPI;
+
+#define DPS_EXCHANGE_API_ATTR "__dlpack_c_exchange_api__"
+#define DPS_EXCHANGE_API_CAPSULE "dlpack_exchange_api"
+
+static int (*g_dltensor_of)(void*, DLTensor*) = NULL; /* NULL: the methods' path */
+static int g_view_on = 1;                            /* _tensor_fast_path(False) clears */
+static DLPackVersion g_view_version = {0, 0};
+
+/* Whether the table's function reads a known tensor as DLPack says: a
+ * [2, 3] int32 CPU tensor, sliced to [2, 2] (strides 3, 1). A table whose
+ * layout is not the one above fails this and is not used. */
+static int view_self_test(int (*fn)(void*, DLTensor*)) {
+  PyObject* t = PyObject_CallFunction(t_empty, "(ii)", 2, 3);
+  int ok = 0;
+  if (t != NULL) {
+    PyObject* i32 = PyObject_CallMethod(t, "to", "O", t_dtypes[DT_I32]);
+    PyObject* s = i32 != NULL ? PyObject_CallMethod(i32, "narrow", "(iii)", 1, 0, 2) : NULL;
+    DLTensor d;
+    memset(&d, 0, sizeof d);
+    if (s != NULL && Py_TYPE(s) == t_tensor_type && fn(s, &d) == 0)
+      ok = d.ndim == 2 && d.shape != NULL && d.shape[0] == 2 && d.shape[1] == 2 &&
+           d.strides != NULL && d.strides[0] == 3 && d.strides[1] == 1 &&
+           d.device.device_type == kDLCPU && d.dtype.code == kDLInt && d.dtype.bits == 32 &&
+           d.dtype.lanes == 1 && d.data != NULL;
+    Py_XDECREF(s);
+    Py_XDECREF(i32);
+    Py_DECREF(t);
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  return ok;
+}
+
+void tensor_view_init(void) {
+  PyObject* cap = PyObject_GetAttrString((PyObject*)t_tensor_type, DPS_EXCHANGE_API_ATTR);
+  if (cap == NULL) { /* torch before 2.10 */
+    PyErr_Clear();
+    return;
+  }
+  const DLPackExchangeAPIHeader* h =
+      PyCapsule_IsValid(cap, DPS_EXCHANGE_API_CAPSULE)
+          ? (const DLPackExchangeAPIHeader*)PyCapsule_GetPointer(cap, DPS_EXCHANGE_API_CAPSULE)
+          : NULL;
+  /* The table of major version 1 from 1.3 on (the layout above), newest first. */
+  while (h != NULL && !(h->version.major == 1 && h->version.minor >= 3)) h = h->prev_api;
+  if (h != NULL) {
+    const DLPackExchangeAPI* api = (const DLPackExchangeAPI*)h;
+    if (api->dltensor_from_py_object_no_sync != NULL &&
+        view_self_test(api->dltensor_from_py_object_no_sync)) {
+      g_dltensor_of = api->dltensor_from_py_object_no_sync;
+      g_view_version = h->version;
+    }
+  }
+  Py_DECREF(cap);
+  if (PyErr_Occurred()) PyErr_Clear();
+}
+
+int tensor_view(PyObject* t, TensorView* v) {
+  /* the API takes objects of the type it was found on (not subclasses) */
+  if (g_dltensor_of == NULL || !g_view_on || Py_TYPE(t) != t_tensor_type) return 0;
+  DLTensor d;
+  if (g_dltensor_of(t, &d) != 0) { /* torch refused: its methods will say why, or do it */
+    PyErr_Clear();
+    return 0;
+  }
+  v->ptr = (char*)d.data + d.byte_offset;
+  v->device = d.device.device_type == kDLCUDA ? d.device.device_id : -1;
+  v->ndim = d.ndim;
+  v->shape = d.shape;
+  v->strides = d.strides;
+  v->dtype = d.dtype;
+  return 1;
+}
+
+/* _tensor_fast_path(enable=None): whether tensor arguments are read through
+ * torch's DLPack C exchange API, and that API's version (None when torch
+ * has none); enable=True/False turns it on or off (tests, benchmarks). */
+PyObject* tensor_fast_path(PyObject* mod, PyObject* const* args, Py_ssize_t nargs) {
+  (void)mod;
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "_tensor_fast_path() takes at most 1 argument");
+    return NULL;
+  }
+  if (torch_load() != 0) return NULL;
+  if (nargs == 1 && args[0] != Py_None) {
+    const int on = PyObject_IsTrue(args[0]);
+    if (on < 0) return NULL;
+    g_view_on = on;
+  }
+  if (g_dltensor_of == NULL) return Py_BuildValue("(OO)", Py_False, Py_None);
+  return Py_BuildValue("(O(II))", g_view_on ? Py_True : Py_False, g_view_version.major,
+                       g_view_version.minor);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Cached output views                                                        */
 
 int view_cache_init(ViewCache* c, int n) {

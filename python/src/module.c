@@ -300,6 +300,10 @@ static PyMethodDef module_methods[] = {
     {"onesided_available_on_devices", m_onesided_on_devices, METH_O,
      "onesided_available_on_devices($module, devices, /)\n--\n\n"
      "dpsOnesidedAvailableOnDevices(devices) -> bool"},
+    {"_tensor_fast_path", (PyCFunction)(void (*)(void))tensor_fast_path, METH_FASTCALL,
+     "_tensor_fast_path($module, enable=None, /)\n--\n\n"
+     "-> (in use, (major, minor) or None): whether tensor arguments are read\n"
+     "through torch's DLPack C exchange API; enable turns that on or off."},
     {"version", m_version, METH_NOARGS,
      "version($module, /)\n--\n\nDPS_VERSION_CODE of the linked library"},
     {"nccl_version", m_nccl_version, METH_NOARGS,

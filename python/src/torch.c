@@ -57,6 +57,7 @@ int torch_load(void) {
   }
   for (int i = 0; i < DT_COUNT; ++i)
     if ((t_dtypes[i] = PyObject_GetAttrString(torch, g_dtypes[i].torch_name)) == NULL) goto out;
+  tensor_view_init();
   t_ready = 1;
   rc = 0;
 out:
@@ -98,19 +99,72 @@ static int long_of_call(PyObject* t, PyObject* meth, long long* v) {
   return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static int device_error(const char* name, long long dev, int device) {
+  if (dev < 0)
+    PyErr_Format(PyExc_ValueError, "%s must be a CUDA tensor on cuda:%d (the communicator's device), got a CPU tensor",
+                 name, device);
+  else
+    PyErr_Format(PyExc_ValueError, "%s is on cuda:%lld but the communicator is on cuda:%d", name,
+                 dev, device);
+  return -1;
+}
+
+static int ndim_error(PyObject* t, const char* name, int want_ndim) {
+  PyObject* shape = PyObject_GetAttr(t, s_shape);
+  if (shape != NULL)
+    PyErr_Format(PyExc_ValueError, "%s must be %d-D, got shape %R", name, want_ndim, shape);
+  Py_XDECREF(shape);
+  return -1;
+}
+
+static int contiguous_error(const char* name) {
+  PyErr_Format(PyExc_ValueError, "%s must be contiguous (row-major); call .contiguous() first",
+               name);
+  return -1;
+}
+
+/* torch's is_contiguous(): row-major strides, dims of size 1 aside; no
+ * elements is contiguous. */
+static int view_contiguous(const TensorView* v) {
+  if (v->strides == NULL) return 1;
+  for (int i = 0; i < v->ndim; ++i)
+    if (v->shape[i] == 0) return 1;
+  int64_t want = 1;
+  for (int i = v->ndim - 1; i >= 0; --i) {
+    if (v->shape[i] == 1) continue;
+    if (v->strides[i] != want) return 0;
+    want *= v->shape[i];
+  }
+  return 1;
+}
+
+/* tensor_arg from the exchange API's view: the same checks, in the same
+ * order, with the same messages. */
+static int tensor_arg_view(const TensorView* v, PyObject* t, const char* name, int device,
+                           int want_ndim, int want_nbytes, TArg* a) {
+  if (v->device != device) return device_error(name, v->device, device);
+  a->ndim = v->ndim;
+  if (want_ndim >= 0) {
+    if (v->ndim != want_ndim) return ndim_error(t, name, want_ndim);
+    for (int i = 0; i < want_ndim; ++i) a->shape[i] = v->shape[i];
+  }
+  if (!view_contiguous(v)) return contiguous_error(name);
+  a->ptr = v->ptr;
+  if (want_nbytes) {
+    int64_t n = (int64_t)((v->dtype.bits * v->dtype.lanes + 7) / 8);
+    for (int i = 0; i < v->ndim; ++i) n *= v->shape[i];
+    a->nbytes = n;
+  }
+  return 0;
+}
+
 int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int want_nbytes,
                TArg* a) {
+  TensorView v;
+  if (tensor_view(t, &v)) return tensor_arg_view(&v, t, name, device, want_ndim, want_nbytes, a);
   long long dev;
   if (long_of_call(t, s_get_device, &dev) != 0) return -1;
-  if (dev != device) {
-    if (dev < 0)
-      PyErr_Format(PyExc_ValueError, "%s must be a CUDA tensor on cuda:%d (the communicator's device), got a CPU tensor",
-                   name, device);
-    else
-      PyErr_Format(PyExc_ValueError, "%s is on cuda:%lld but the communicator is on cuda:%d", name,
-                   dev, device);
-    return -1;
-  }
+  if (dev != device) return device_error(name, dev, device);
   PyObject* shape = PyObject_GetAttr(t, s_shape);
   if (shape == NULL) return -1;
   if (!PyTuple_Check(shape)) {
@@ -121,9 +175,8 @@ int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int wan
   a->ndim = PyTuple_GET_SIZE(shape);
   if (want_ndim >= 0) {
     if (a->ndim != want_ndim) {
-      PyErr_Format(PyExc_ValueError, "%s must be %d-D, got shape %R", name, want_ndim, shape);
       Py_DECREF(shape);
-      return -1;
+      return ndim_error(t, name, want_ndim);
     }
     for (int i = 0; i < want_ndim; ++i) {
       a->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
@@ -139,11 +192,7 @@ int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int wan
   int contig = PyObject_IsTrue(c);
   Py_DECREF(c);
   if (contig < 0) return -1;
-  if (!contig) {
-    PyErr_Format(PyExc_ValueError,
-                 "%s must be contiguous (row-major); call .contiguous() first", name);
-    return -1;
-  }
+  if (!contig) return contiguous_error(name);
   PyObject* r = PyObject_CallMethodNoArgs(t, s_data_ptr);
   if (r == NULL) return -1;
   a->ptr = PyLong_AsVoidPtr(r);
@@ -196,6 +245,35 @@ int fast_args(const char* fname, const char* const* names, int nreq, PyObject* c
   return fast_args_pos(fname, names, nreq, -1, args, nargs, kwnames, out);
 }
 
+/* The interned str of every name of a method's (static) names array, made
+ * on the array's first call with keywords: the keywords of a call site are
+ * interned strs, so one pointer compare finds each before any string
+ * compare. NULL when the cache is full or a name cannot be interned (the
+ * string compares then do it all). The GIL guards the cache. */
+enum { KW_ARRAYS = 32, KW_NAMES = 16 };
+static struct {
+  const char* const* names;
+  PyObject* s[KW_NAMES];
+} kw_interned[KW_ARRAYS];
+
+static PyObject* const* interned_names(const char* const* names, int n) {
+  if (n > KW_NAMES) return NULL;
+  for (int i = 0; i < KW_ARRAYS; ++i) {
+    if (kw_interned[i].names == names) return kw_interned[i].s;
+    if (kw_interned[i].names != NULL) continue;
+    for (int j = 0; j < n; ++j) {
+      if ((kw_interned[i].s[j] = PyUnicode_InternFromString(names[j])) == NULL) {
+        PyErr_Clear();
+        for (int k = 0; k < j; ++k) Py_CLEAR(kw_interned[i].s[k]);
+        return NULL;
+      }
+    }
+    kw_interned[i].names = names;
+    return kw_interned[i].s;
+  }
+  return NULL;
+}
+
 int fast_args_pos(const char* fname, const char* const* names, int nreq, int npos,
                   PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
   int n = 0;
@@ -211,10 +289,14 @@ int fast_args_pos(const char* fname, const char* const* names, int nreq, int npo
   }
   for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;
   const Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+  PyObject* const* interned = nkw > 0 ? interned_names(names, n) : NULL;
   for (Py_ssize_t j = 0; j < nkw; ++j) {
     PyObject* key = PyTuple_GET_ITEM(kwnames, j);
     int i = 0;
-    while (i < n && PyUnicode_CompareWithASCIIString(key, names[i]) != 0) ++i;
+    if (interned != NULL)
+      while (i < n && interned[i] != key) ++i;
+    if (interned == NULL || i == n) /* a str made at run time, e.g. **kwargs */
+      for (i = 0; i < n && PyUnicode_CompareWithASCIIString(key, names[i]) != 0;) ++i;
     if (i == n) {
       PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, key);
       return -1;

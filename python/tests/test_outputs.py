@@ -288,3 +288,70 @@ def test_captured_persistent_outputs_never_move(backend):
             assert torch.equal(ti.cpu(), want_i) and torch.equal(tv.cpu(), want_v), seed
         assert c.topk(x, 4)[1].data_ptr() == base
         del g
+
+
+@pytest.fixture(params=[True, False], ids=["exchange-api", "methods"])
+def tensor_path(request):
+    """Tensor arguments read through torch's DLPack C exchange API, or
+    through the tensor's methods (the path of torch before 2.10 and of
+    tensor subclasses); the previous setting is restored after."""
+    was = C._tensor_fast_path()[0]
+    state = C._tensor_fast_path(request.param)
+    if request.param and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        assert state[0] and state[1] >= (1, 3), f"torch has the exchange API, unused: {state}"
+    yield request.param
+    C._tensor_fast_path(was)
+
+
+@gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_arguments_read_either_way(backend, tensor_path):
+    """Where a tensor argument starts, its shape and whether it is
+    row-major, as torch says, on both paths: views at an offset into a
+    larger tensor give their own values back (tp = 1: the gathers return
+    their input), a transposed [8, 1] is row-major (a size-1 dim's stride
+    does not count), a column slice and a transpose are not, and a CPU
+    tensor, a wrong rank or dtype are refused by name."""
+    rows, V = 8, 64
+    with _comm(backend, V, torch.float32, max_rows=rows) as c:
+        base = torch.randn(3 * rows, V, device="cuda")
+        x = base[rows:2 * rows]  # starts rows*V elements in
+        assert torch.equal(c.swap_batch_vocab(x, pad_bs=rows), x)
+        big = torch.randn(4 * rows, device="cuda")
+        lp = big[5:5 + rows].view(rows, 1)
+        assert torch.equal(c.gather_verify_logprobs(lp, pad_bs=rows), lp)
+        tcol = torch.randn(1, rows, device="cuda").t()  # [8, 1], strides (1, 8)
+        assert tcol.is_contiguous()
+        assert torch.equal(c.gather_verify_logprobs(tcol, pad_bs=rows), tcol)
+        ints = torch.arange(6 * rows, dtype=torch.int32, device="cuda") % rows
+        ints[5 * rows:] = 1
+        p, ai = ints[rows:2 * rows].view(rows, 1), ints[3 * rows:4 * rows].flip(0).view(rows, 1)
+        al = ints[5 * rows:6 * rows]
+        gp, gai, gal = c.gather_verify_outputs(p, ai, al, pad_bs=rows)
+        assert torch.equal(gp, p) and torch.equal(gai, ai) and torch.equal(gal, al)
+        oi = torch.empty(2 * rows, dtype=torch.int64, device="cuda")[rows:]
+        assert c.argmax(x, out_index=oi)[1] is oi
+        assert torch.equal(oi.cpu(), argmax_ref(x.cpu(), V)[1])
+        seeds = torch.arange(2 * rows, dtype=torch.int64, device="cuda")[rows:]
+        tok = c.sample(x, temperature=0.0, seed=seeds, offset=0)
+        assert torch.equal(tok.cpu(), argmax_ref(x.cpu(), V)[1])
+        bad = [
+            (lambda: c.gather_verify_logprobs(torch.randn(rows, 3, device="cuda")[:, 1:2],
+                                              pad_bs=rows),
+             ValueError, r"logprobs must be contiguous"),
+            (lambda: c.swap_batch_vocab(torch.randn(V, rows, device="cuda").t(), pad_bs=rows),
+             ValueError, r"local_logits must be contiguous"),
+            (lambda: c.swap_batch_vocab(x.cpu(), pad_bs=rows),
+             ValueError, r"local_logits must be a CUDA tensor on cuda:0"),
+            (lambda: c.gather_verify_logprobs(lp.view(-1), pad_bs=rows),
+             ValueError, r"logprobs must be 2-D, got shape torch.Size\(\[8\]\)"),
+            (lambda: c.gather_verify_outputs(p, ai.long(), al, pad_bs=rows),
+             TypeError, r"accept_index must be torch.int32"),
+            (lambda: c.sample(x, temperature=0.0, seed=seeds[:-1], offset=0),
+             ValueError, r"seed has shape \[7\] but local_logits has 8 rows"),
+            (lambda: c.sample(x, temperature=0.0, seed=seeds.view(1, rows), offset=0),
+             ValueError, r"seed must be 1-D"),
+        ]
+        for call, exc, match in bad:
+            with pytest.raises(exc, match=match):
+                call()
