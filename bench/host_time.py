@@ -16,15 +16,22 @@ it times, for every eager operation of DpSamplingComm on each backend:
 and torch's `dst.copy_(src)` of a tensor of x's size and dtype, the yardstick:
 the host time of one eager call is the median over --reps repetitions of
 (wall time of --calls back-to-back calls) / --calls, with no synchronization
-inside the timed loop (the device work stays queued; each repetition is
-followed by a synchronization outside the timed region). The repetitions of
-copy_ and of every operation are interleaved, so drift hits all alike.
+inside the timed loop. By default (--hold) each timed loop runs while the
+device is held busy by a spin kernel (torch.cuda._sleep) queued just before
+it, so no call waits for the device, whatever the op's device time: the
+figure is the host's alone (an op whose device time per call exceeds its
+host time would otherwise read its device time once the launch queue fills).
+The loop must fit in the launch queue for that: --calls 256 by default, and
+a loop that outlasts its hold is reported ("hold too short"). --no-hold
+times the loops without it (the method before session 18, 2000 calls). The
+repetitions of copy_ and of every operation are interleaved, so drift hits
+all alike.
 
 Columns: host_us (median; min and max of the repetitions after it), gpu_us
-(device time per call over the same loop, from CUDA events: when it is close
-to host_us the loop filled the launch queue and host_us measures the device,
-so shrink the shape), ratio = host_us / copy_us, and whether ratio <= --target
-(default 0.8, issue 25). idle_us: the median host time of one call made with
+(device time per call over an unheld loop of the same calls, from CUDA
+events; without --hold, when it is close to host_us the loop filled the
+launch queue and host_us measures the device), ratio = host_us / copy_us,
+and whether ratio <= --target (default 0.8, issue 25). idle_us: the median host time of one call made with
 the device idle (a synchronization before each of --idle-calls calls, outside
 the timing): the host's own cost, whatever the device's pace. --csv PATH writes the rows. Exit status 0, or 3 with
 --enforce-target when an operation misses the target, 1 when a result is wrong
@@ -61,8 +68,12 @@ def parse_args(argv=None):
                    help="V (default 4096: small, so that the device keeps up with the host)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--topk", type=int, default=8, help="k of topk (default 8)")
-    p.add_argument("--calls", type=int, default=2000, help="calls per repetition (default 2000)")
-    p.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
+    p.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                   help="time each loop with the device held busy (default; --no-hold: not)")
+    p.add_argument("--calls", type=int, default=None,
+                   help="calls per repetition (default 256 with --hold, 2000 without)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="repetitions (default 15 with --hold, 7 without)")
     p.add_argument("--idle-calls", type=int, default=500,
                    help="calls timed one by one with the device idle (default 500)")
     p.add_argument("--warmup", type=int, default=100, help="untimed calls first (default 100)")
@@ -151,6 +162,11 @@ def check(torch, comm, a, i, backend):
     return wrong
 
 
+# Device cycles of hold per call: 50 us at 2 GHz, several times any op's
+# device time at the probe's shapes.
+HOLD_CYCLES_PER_CALL = 100_000
+
+
 def time_loop(torch, fn, calls):
     """(host µs per call, device µs per call) of `calls` back-to-back calls."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -163,6 +179,22 @@ def time_loop(torch, fn, calls):
     end.record()
     torch.cuda.synchronize()
     return (t1 - t0) / 1e3 / calls, start.elapsed_time(end) * 1e3 / calls
+
+
+def time_held(torch, fn, calls):
+    """(host µs per call, whether the hold outlasted the loop) of `calls`
+    back-to-back calls queued behind a spin kernel."""
+    held = torch.cuda.Event()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(HOLD_CYCLES_PER_CALL * calls)
+    held.record()
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter_ns()
+    still_held = not held.query()
+    torch.cuda.synchronize()
+    return (t1 - t0) / 1e3 / calls, still_held
 
 
 def time_idle(torch, fn, calls):
@@ -191,13 +223,18 @@ def main(argv=None):
 
     if not torch.cuda.is_available():
         raise SystemExit("host_time.py needs a CUDA device")
+    if a.calls is None:
+        a.calls = 256 if a.hold else 2000
+    if a.reps is None:
+        a.reps = 15 if a.hold else 7
     init_world(torch, dist)
     i = make_inputs(torch, a)
     lib = dpsampling.build_info()["library_version"]
     print(f"# host_time.py: torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
           f"dpsampling {dpsampling.__version__} (library {lib})")
     print(f"# tp=1, pad_bs={a.pad_bs} N={a.n} V={a.vocab} {a.dtype}, topk k={a.topk}; "
-          f"median of {a.reps} x {a.calls} eager calls, no sync inside the loop")
+          f"median of {a.reps} x {a.calls} eager calls, no sync inside the loop, "
+          + ("the device held busy" if a.hold else "the device not held"))
     comms, calls, wrong = {}, {}, []
     for b in backends:
         comm = dpsampling.DpSamplingComm(tp_size=1, rank=0, group=dist.group.WORLD,
@@ -217,12 +254,17 @@ def main(argv=None):
     torch.cuda.synchronize()
     host = {key: [] for key in calls}
     gpu = {key: [] for key in calls}
+    short = set()
     gc.collect()
     gc.disable()
     try:
         for _ in range(a.reps):  # interleaved: every key once per repetition
             for key, fn in calls.items():
                 h, d = time_loop(torch, fn, a.calls)
+                if a.hold:
+                    h, still_held = time_held(torch, fn, a.calls)
+                    if not still_held:
+                        short.add(key)
                 host[key].append(h)
                 gpu[key].append(d)
         idle = {key: time_idle(torch, fn, a.idle_calls) for key, fn in calls.items()}
@@ -241,12 +283,15 @@ def main(argv=None):
         if not ok:
             misses.append(f"{op}/{b}")
         note = "" if is_copy else ("ok" if ok else "MISS")
-        if g >= 0.9 * med:
+        if not a.hold and g >= 0.9 * med:
             note += " (device-bound: gpu_us ~ host_us)"
+        if (op, b) in short:
+            note += " (hold too short: the loop may have waited for the device)"
         print(f"{op:>24} {b:>9} {med:8.2f} {min(hs):7.2f} {max(hs):7.2f} {g:7.2f} "
               f"{ratio:6.2f} {idle[(op, b)]:7.2f}  {note}")
         rows.append(dict(op=op, backend=b, pad_bs=a.pad_bs, n=a.n, vocab=a.vocab, dtype=a.dtype,
-                         calls=a.calls, reps=a.reps, host_us=f"{med:.3f}",
+                         calls=a.calls, reps=a.reps, held=int(a.hold),
+                         host_us=f"{med:.3f}",
                          host_us_min=f"{min(hs):.3f}", host_us_max=f"{max(hs):.3f}",
                          gpu_us=f"{g:.3f}", copy_us=f"{copy_us:.3f}", ratio=f"{ratio:.3f}",
                          target=a.target, meets_target=int(ok),
