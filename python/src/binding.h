@@ -111,6 +111,11 @@ extern PyObject* t_dtypes[DT_COUNT];
 int dt_of_code(dpsDataType_t code);
 /* The row of a torch dtype object (after torch_load), or -1. */
 int dt_of_torch(PyObject* dtype);
+/* The row of a DLPack type, or -1. */
+int dt_of_dl(DLDataType d);
+/* A set of rows, for tensor_arg. */
+#define DT_BIT(dt) (1u << (dt))
+#define DT_LOGITS (DT_BIT(DT_F32) | DT_BIT(DT_BF16) | DT_BIT(DT_F16))
 
 /* ------------------------------------------------------------------------- */
 /* torch (torch.c)                                                            */
@@ -135,6 +140,7 @@ typedef struct {
   Py_ssize_t ndim;
   int64_t shape[2];
   int64_t nbytes;
+  int dt; /* the dtype's row, -1 when not in the table (read when tensor_arg is given dts) */
 } TArg;
 
 /* A tensor as torch's DLPack C exchange API sees it (dlpack.c): borrowed
@@ -153,7 +159,14 @@ void tensor_view_init(void);
 /* 1 with *v filled when t is exactly a torch.Tensor and the API read it; 0
  * when the caller must ask the tensor's methods instead. */
 int tensor_view(PyObject* t, TensorView* v);
+/* 1 with *stream set to torch's current stream on `device` from the same
+ * API; 0 when the caller must ask torch's Python functions (no API, the
+ * API refused, or the fast path switched off). api_current_stream_off()
+ * stops its use (current_stream found it disagreeing with Python). */
+int api_current_stream(int device, void** stream);
+void api_current_stream_off(void);
 PyObject* tensor_fast_path(PyObject* mod, PyObject* const* args, Py_ssize_t nargs);
+PyObject* m_current_stream(PyObject* mod, PyObject* dev);
 
 /* The table row of t.dtype: -1 for a dtype not in the table, -2 (TypeError
  * set, naming `name`) when t is not a tensor (dtype.c). */
@@ -164,10 +177,18 @@ int expect_dt(PyObject* t, const char* name, Dt want);
 /* The row of a logits tensor's dtype (fp32, bf16, fp16), or -1 with
  * TypeError naming `name`. */
 int logits_dt(PyObject* t, const char* name);
-/* Device, layout and pointer of a tensor argument. want_ndim < 0: any rank
- * (shape not recorded), want_nbytes: also read t.nbytes. */
-int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int want_nbytes,
-               TArg* a);
+/* Dtype, device, layout and pointer of a tensor argument, checked in that
+ * order. dts: the rows its dtype may take (DT_BIT()s ORed; 0: any, not
+ * read); want_ndim < 0: any rank (shape not recorded); want_nbytes: also its
+ * size in bytes. 0; -1 with an exception set; or TARG_DTYPE, no exception
+ * set, when the dtype is not one of dts (a->dt has it): the caller says what
+ * it wanted. */
+enum { TARG_DTYPE = -2 };
+int tensor_arg(PyObject* t, const char* name, int device, unsigned dts, int want_ndim,
+               int want_nbytes, TArg* a);
+/* tensor_arg of dtype `want` exactly, with expect_dt's message otherwise. */
+int typed_arg(PyObject* t, const char* name, int device, Dt want, int want_ndim, int want_nbytes,
+              TArg* a);
 /* Logits dtype of a Python object: None -> unset, a torch dtype (fp32, bf16,
  * fp16) or one of the table's names, with or without a "torch." prefix
  * (dtype.c). -2 (TypeError set) otherwise. */

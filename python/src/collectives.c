@@ -76,8 +76,8 @@ static PyObject* backend_collective(PyObject* const* args, Py_ssize_t nargs, PyO
   Py_DECREF(g);
   PyObject* ret = NULL;
   TArg to, ti;
-  if (tensor_arg(out, "output", s->device, -1, 1, &to) != 0 ||
-      tensor_arg(in, "input", s->device, -1, 1, &ti) != 0)
+  if (tensor_arg(out, "output", s->device, 0, -1, 1, &to) != 0 ||
+      tensor_arg(in, "input", s->device, 0, -1, 1, &ti) != 0)
     goto done;
   if (all_to_all ? (to.nbytes != ti.nbytes || ti.nbytes % s->nranks != 0)
                  : (to.nbytes != ti.nbytes * s->nranks)) {

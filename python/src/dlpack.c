@@ -110,8 +110,9 @@ PyObject* make_tensor(Handle* owner, void* ptr, int device, DLDataType dt, int n
 /* DLPack 1.3's DLPackExchangeAPI, which torch (2.10 and later) puts on
  * torch.Tensor as the capsule __dlpack_c_exchange_api__: a table of C
  * functions, one of which fills a non-owning DLTensor of a tensor in one
- * call, where the methods take four (get_device, shape, is_contiguous,
- * data_ptr). Only that function is used; the others are opaque here. */
+ * call, where the methods take five (dtype, get_device, shape,
+ * is_contiguous, data_ptr), and one of which gives torch's current stream.
+ * Only those two are used; the others are opaque here. */
 typedef struct {
   uint32_t major, minor;
 } DLPackVersion;
@@ -127,7 +128,7 @@ typedef struct {
   void* managed_tensor_from_py_object_no_sync;
   void* managed_tensor_to_py_object_no_sync;
   int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out); /* may be NULL */
-  void* current_work_stream;
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out); /* may be NULL */
 } DLPackExchangeAPI;
 
 #define DPS_EXCHANGE_API_ATTR "__dlpack_c_exchange_api__"
@@ -136,6 +137,7 @@ typedef struct {
 static int (*g_dltensor_of)(void*, DLTensor*) = NULL; /* NULL: the methods' path */
 static int g_view_on = 1;                            /* _tensor_fast_path(False) clears */
 static DLPackVersion g_view_version = {0, 0};
+static int (*g_work_stream)(int32_t, int32_t, void**) = NULL; /* NULL: torch's Python call */
 
 /* Whether the table's function reads a known tensor as DLPack says: a
  * [2, 3] int32 CPU tensor, sliced to [2, 2] (strides 3, 1). A table whose
@@ -179,6 +181,7 @@ void tensor_view_init(void) {
         view_self_test(api->dltensor_from_py_object_no_sync)) {
       g_dltensor_of = api->dltensor_from_py_object_no_sync;
       g_view_version = h->version;
+      g_work_stream = api->current_work_stream; /* checked against Python at first use */
     }
   }
   Py_DECREF(cap);
@@ -201,6 +204,17 @@ int tensor_view(PyObject* t, TensorView* v) {
   v->dtype = d.dtype;
   return 1;
 }
+
+int api_current_stream(int device, void** stream) {
+  if (g_work_stream == NULL || !g_view_on) return 0;
+  if (g_work_stream(kDLCUDA, device, stream) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+void api_current_stream_off(void) { g_work_stream = NULL; }
 
 /* _tensor_fast_path(enable=None): whether tensor arguments are read through
  * torch's DLPack C exchange API, and that API's version (None when torch

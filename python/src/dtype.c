@@ -21,6 +21,14 @@ int dt_of_code(dpsDataType_t code) {
   return -1;
 }
 
+int dt_of_dl(DLDataType d) {
+  for (int i = 0; i < DT_COUNT; ++i)
+    if (g_dtypes[i].dl.code == d.code && g_dtypes[i].dl.bits == d.bits &&
+        g_dtypes[i].dl.lanes == d.lanes)
+      return i;
+  return -1;
+}
+
 int dt_of_torch(PyObject* dtype) {
   for (int i = 0; i < DT_COUNT; ++i)
     if (t_dtypes[i] == dtype) return i;

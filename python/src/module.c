@@ -303,7 +303,11 @@ static PyMethodDef module_methods[] = {
     {"_tensor_fast_path", (PyCFunction)(void (*)(void))tensor_fast_path, METH_FASTCALL,
      "_tensor_fast_path($module, enable=None, /)\n--\n\n"
      "-> (in use, (major, minor) or None): whether tensor arguments are read\n"
-     "through torch's DLPack C exchange API; enable turns that on or off."},
+     "through torch's DLPack C exchange API (tensors and the current stream);\n"
+     "enable turns that on or off."},
+    {"_current_stream", m_current_stream, METH_O,
+     "_current_stream($module, device, /)\n--\n\n"
+     "-> the stream (an int) the operations would be queued on now"},
     {"version", m_version, METH_NOARGS,
      "version($module, /)\n--\n\nDPS_VERSION_CODE of the linked library"},
     {"nccl_version", m_nccl_version, METH_NOARGS,

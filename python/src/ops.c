@@ -9,8 +9,14 @@
 /* Arguments                                                                  */
 
 int logits_arg(CommObject* self, PyObject* x, int* dt, TArg* a) {
-  if ((*dt = logits_dt(x, "local_logits")) < 0) return -1;
-  return tensor_arg(x, "local_logits", self->device, 2, 0, a);
+  const int r = tensor_arg(x, "local_logits", self->device, DT_LOGITS, 2, 0, a);
+  if (r == TARG_DTYPE) {
+    if (logits_dt(x, "local_logits") >= 0) /* the two reads of the dtype disagree */
+      PyErr_SetString(PyExc_TypeError, "local_logits: unsupported dtype");
+    return -1;
+  }
+  *dt = a->dt;
+  return r;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -92,7 +98,7 @@ static int slot_reserve(CommObject* self, int slot) {
   Py_XDECREF(size);
   if (base == NULL) return -1;
   TArg a;
-  if (tensor_arg(base, "the persistent output", self->device, -1, 0, &a) != 0) {
+  if (tensor_arg(base, "the persistent output", self->device, 0, -1, 0, &a) != 0) {
     Py_DECREF(base);
     return -1;
   }
@@ -142,9 +148,8 @@ int out_tensor(CommObject* self, PyObject* t, const char* name, int slot, Dt wan
     *ptr = self->outs[slot].ptr; /* every view starts at the base */
     return 0;
   }
-  if (expect_dt(t, name, want) != 0) return -1;
   TArg a;
-  if (tensor_arg(t, name, self->device, -1, 1, &a) != 0) return -1;
+  if (typed_arg(t, name, self->device, want, -1, 1, &a) != 0) return -1;
   const int64_t elems = rows * (k > 0 ? k : 1);
   if (a.nbytes != elems * g_dtypes[want].size) {
     PyErr_Format(PyExc_ValueError, "%s must hold %lld elements ([%lld%s]), got %lld bytes", name,
@@ -227,9 +232,7 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* cons
   GatherCall c = {0};
   TArg* t[3] = {&c.p, &c.ai, &c.al};
   for (int i = 0; i < 3; ++i)
-    if (expect_dt(a[i], names[i], DT_I32) != 0) return NULL;
-  for (int i = 0; i < 3; ++i)
-    if (tensor_arg(a[i], names[i], self->device, i < 2 ? 2 : 1, 0, t[i]) != 0) return NULL;
+    if (typed_arg(a[i], names[i], self->device, DT_I32, i < 2 ? 2 : 1, 0, t[i]) != 0) return NULL;
   if (c.ai.shape[0] != c.p.shape[0] || c.ai.shape[1] != c.p.shape[1]) {
     PyErr_Format(PyExc_ValueError, "accept_index is [%lld, %lld] but predict is [%lld, %lld]",
                  (long long)c.ai.shape[0], (long long)c.ai.shape[1], (long long)c.p.shape[0],
@@ -272,9 +275,7 @@ static dpsResult_t logprobs_call(dpsComm_t comm, void* ctx, struct CUstream_st* 
 static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* const* a) {
   if (torch_load() != 0) return NULL;
   LogprobsCall c = {0};
-  if (expect_dt(a[0], "logprobs", DT_F32) != 0 ||
-      tensor_arg(a[0], "logprobs", self->device, 2, 0, &c.x) != 0)
-    return NULL;
+  if (typed_arg(a[0], "logprobs", self->device, DT_F32, 2, 0, &c.x) != 0) return NULL;
   if (pad_bs_arg(a[1] != NULL ? a[1] : Py_None, inferred_pad_bs(c.x.shape[0], self->tp),
                  &c.pad_bs) != 0)
     return NULL;

@@ -12,9 +12,10 @@ typedef enum { PER_ROW, PER_REQUEST } ParamsPer;
 static int sample_array(PyObject* t, const char* name, Dt want, int alt, const char* want_names,
                         int device, int64_t n, ParamsPer per, const void** ptr, int* is_alt) {
   const char* dim = per == PER_ROW ? "rows" : "pad_bs";
-  const int dt = tensor_dt(t, name);
-  if (dt == -2) return -1;
-  if (dt != (int)want && (alt < 0 || dt != alt)) {
+  TArg a;
+  const int r =
+      tensor_arg(t, name, device, DT_BIT(want) | (alt >= 0 ? DT_BIT(alt) : 0u), 1, 0, &a);
+  if (r == TARG_DTYPE) {
     PyObject* got = PyObject_GetAttr(t, s_dtype);
     if (got != NULL)
       PyErr_Format(PyExc_TypeError, "%s must be a Python number or a %s tensor [%s], got %R",
@@ -22,9 +23,8 @@ static int sample_array(PyObject* t, const char* name, Dt want, int alt, const c
     Py_XDECREF(got);
     return -1;
   }
-  if (is_alt != NULL) *is_alt = alt >= 0 && dt == alt;
-  TArg a;
-  if (tensor_arg(t, name, device, 1, 0, &a) != 0) return -1;
+  if (r != 0) return -1;
+  if (is_alt != NULL) *is_alt = alt >= 0 && a.dt == alt;
   if (a.shape[0] != n) {
     if (per == PER_ROW)
       PyErr_Format(PyExc_ValueError,
@@ -214,8 +214,7 @@ static dpsResult_t verify_call(dpsComm_t comm, void* ctx, struct CUstream_st* st
 static int int32_2d_arg(CommObject* self, PyObject* t, const char* name, int64_t d0, int64_t d1,
                         const char* what, const int32_t** ptr) {
   TArg m;
-  if (expect_dt(t, name, DT_I32) != 0 || tensor_arg(t, name, self->device, 2, 0, &m) != 0)
-    return -1;
+  if (typed_arg(t, name, self->device, DT_I32, 2, 0, &m) != 0) return -1;
   if (m.shape[0] != d0 || m.shape[1] != d1) {
     PyErr_Format(PyExc_ValueError, "%s has shape [%lld, %lld] but must be %s = [%lld, %lld]", name,
                  (long long)m.shape[0], (long long)m.shape[1], what, (long long)d0,

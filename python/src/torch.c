@@ -66,7 +66,7 @@ out:
   return rc;
 }
 
-int current_stream(int device, void** stream) {
+static int py_current_stream(int device, void** stream) {
   PyObject* r;
   PyObject* dev = PyLong_FromLong(device); /* a small int: no allocation */
   if (dev == NULL) return -1;
@@ -86,6 +86,34 @@ int current_stream(int device, void** stream) {
   if (p == NULL && PyErr_Occurred()) return -1;
   *stream = p;
   return 0;
+}
+
+/* The API's answer once checked against Python's (the first call): a table
+ * whose function does not give what torch.cuda.current_stream gives is not
+ * used again. */
+int current_stream(int device, void** stream) {
+  static int checked = 0;
+  if (checked && api_current_stream(device, stream)) return 0;
+  if (py_current_stream(device, stream) != 0) return -1;
+  if (!checked) {
+    void* s = NULL;
+    if (api_current_stream(device, &s)) {
+      checked = 1;
+      if (s != *stream) api_current_stream_off();
+    }
+  }
+  return 0;
+}
+
+/* _current_stream(device): the stream the operations would be queued on
+ * now, as an int (tests compare it with torch's). */
+PyObject* m_current_stream(PyObject* mod, PyObject* dev) {
+  (void)mod;
+  const long d = PyLong_AsLong(dev);
+  if (d == -1 && PyErr_Occurred()) return NULL;
+  void* s = NULL;
+  if (torch_load() != 0 || current_stream((int)d, &s) != 0) return NULL;
+  return PyLong_FromVoidPtr(s);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -141,7 +169,9 @@ static int view_contiguous(const TensorView* v) {
 /* tensor_arg from the exchange API's view: the same checks, in the same
  * order, with the same messages. */
 static int tensor_arg_view(const TensorView* v, PyObject* t, const char* name, int device,
-                           int want_ndim, int want_nbytes, TArg* a) {
+                           unsigned dts, int want_ndim, int want_nbytes, TArg* a) {
+  a->dt = dt_of_dl(v->dtype);
+  if (dts != 0 && (a->dt < 0 || !(dts & DT_BIT(a->dt)))) return TARG_DTYPE;
   if (v->device != device) return device_error(name, v->device, device);
   a->ndim = v->ndim;
   if (want_ndim >= 0) {
@@ -158,10 +188,16 @@ static int tensor_arg_view(const TensorView* v, PyObject* t, const char* name, i
   return 0;
 }
 
-int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int want_nbytes,
-               TArg* a) {
+int tensor_arg(PyObject* t, const char* name, int device, unsigned dts, int want_ndim,
+               int want_nbytes, TArg* a) {
   TensorView v;
-  if (tensor_view(t, &v)) return tensor_arg_view(&v, t, name, device, want_ndim, want_nbytes, a);
+  if (tensor_view(t, &v))
+    return tensor_arg_view(&v, t, name, device, dts, want_ndim, want_nbytes, a);
+  a->dt = -1;
+  if (dts != 0) {
+    if ((a->dt = tensor_dt(t, name)) == -2) return -1;
+    if (a->dt < 0 || !(dts & DT_BIT(a->dt))) return TARG_DTYPE;
+  }
   long long dev;
   if (long_of_call(t, s_get_device, &dev) != 0) return -1;
   if (dev != device) return device_error(name, dev, device);
@@ -206,6 +242,15 @@ int tensor_arg(PyObject* t, const char* name, int device, int want_ndim, int wan
     if (a->nbytes == -1 && PyErr_Occurred()) return -1;
   }
   return 0;
+}
+
+int typed_arg(PyObject* t, const char* name, int device, Dt want, int want_ndim, int want_nbytes,
+              TArg* a) {
+  const int r = tensor_arg(t, name, device, DT_BIT(want), want_ndim, want_nbytes, a);
+  if (r != TARG_DTYPE) return r;
+  if (expect_dt(t, name, want) == 0) /* the two reads of the dtype disagree */
+    PyErr_Format(PyExc_TypeError, "%s must be torch.%s", name, g_dtypes[want].torch_name);
+  return -1;
 }
 
 long inferred_pad_bs(int64_t rows, int tp) {

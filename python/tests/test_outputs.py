@@ -335,6 +335,12 @@ def test_tensor_arguments_read_either_way(backend, tensor_path):
         seeds = torch.arange(2 * rows, dtype=torch.int64, device="cuda")[rows:]
         tok = c.sample(x, temperature=0.0, seed=seeds, offset=0)
         assert torch.equal(tok.cpu(), argmax_ref(x.cpu(), V)[1])
+        # top_k as int32 and as int64 (the second dtype a parameter may take): top_k = 1 is
+        # the argmax whatever the temperature
+        k1 = torch.ones(rows, dtype=torch.int32, device="cuda")
+        for k in (k1, k1.long()):
+            tok = c.sample(x, temperature=1.0, top_k=k, seed=seeds, offset=0)
+            assert torch.equal(tok.cpu(), argmax_ref(x.cpu(), V)[1])
         bad = [
             (lambda: c.gather_verify_logprobs(torch.randn(rows, 3, device="cuda")[:, 1:2],
                                               pad_bs=rows),
@@ -351,7 +357,35 @@ def test_tensor_arguments_read_either_way(backend, tensor_path):
              ValueError, r"seed has shape \[7\] but local_logits has 8 rows"),
             (lambda: c.sample(x, temperature=0.0, seed=seeds.view(1, rows), offset=0),
              ValueError, r"seed must be 1-D"),
+            (lambda: c.swap_batch_vocab(x.double(), pad_bs=rows),
+             TypeError, r"local_logits dtype torch.float64 is not supported"),
+            (lambda: c.sample(x, temperature=torch.ones(rows, device="cuda", dtype=torch.float64),
+                              seed=seeds, offset=0),
+             TypeError, r"temperature must be a Python number or a torch.float32 tensor"),
+            (lambda: c.sample(x, temperature=1.0, top_k=k1.short(), seed=seeds, offset=0),
+             TypeError, r"top_k must be a Python number or a torch.int32 or torch.int64 tensor"),
+            (lambda: c.sample(x, temperature=0.0, seed=seeds.int(), offset=0),
+             TypeError, r"seed must be a Python number or a torch.int64 tensor"),
         ]
         for call, exc, match in bad:
             with pytest.raises(exc, match=match):
                 call()
+
+
+@gpu
+def test_ops_queue_on_torchs_current_stream(tensor_path):
+    """The stream the operations are queued on is torch's current stream,
+    read either way: the default stream, a side stream under
+    torch.cuda.stream, a graph's capturing stream."""
+    dev = torch.cuda.current_device()
+    assert C._current_stream(dev) == torch.cuda.current_stream().cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert C._current_stream(dev) == side.cuda_stream
+    assert side.cuda_stream != torch.cuda.default_stream().cuda_stream
+    g, x = torch.cuda.CUDAGraph(), torch.zeros(1, device="cuda")
+    with torch.cuda.graph(g):
+        x += 1
+        assert C._current_stream(dev) == torch.cuda.current_stream().cuda_stream
+        assert C._current_stream(dev) != torch.cuda.default_stream().cuda_stream
+    assert C._current_stream(dev) == torch.cuda.default_stream().cuda_stream
