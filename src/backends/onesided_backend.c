@@ -19,7 +19,7 @@
 #include "kernels/onesided_kernels.h"
 #include "onesided_plan.h"
 
-_Static_assert(DPS_OS_MAX_RANKS <= DPS_PROVIDER_MAX_RANKS, "peer tables");
+_Static_assert(DPS_PEER_MAX_RANKS <= DPS_PROVIDER_MAX_RANKS, "peer tables");
 _Static_assert(DPS_ENV_GATHER_THREADS_DEFAULT == DPS_OS_GATHER_THREADS &&
                    DPS_ENV_GATHER_THREADS_MAX == DPS_OS_GATHER_THREADS_MAX,
                "DPSAMPLING_ONESIDED_GATHER_THREADS's range");
@@ -30,7 +30,7 @@ typedef struct {
    * maxb, swap LL threshold ll_bytes, gather protocol gproto and block size
    * gthreads), the windows' layout and capacities (onesided_plan.h) */
   dpsOsLayout lay;
-  dpsOsCommon common; /* the kernels' common arguments (built at the end of init) */
+  dpsPeerCommon common; /* the kernels' common arguments (built at the end of init) */
 
   dpsSymMem a; /* flags + fail area + gather staging */
   dpsOsWindows va; /* window A's addresses for the plans */
@@ -41,27 +41,27 @@ typedef struct {
 
   void* close_mem; /* the close exchange's words */
   dpsOsCloseWords close; /* inside `close_mem` */
-  dpsOsDevState* dstate;
+  dpsPeerDevState* dstate;
   volatile unsigned long long* herr; /* host view */
   unsigned long long* herr_dev;      /* device view */
 } OsState;
 
 static const char* opName(int op) {
   switch (op) {
-    case DPS_OS_OP_SWAP: return "swap_batch_vocab";
-    case DPS_OS_OP_GATHER_OUTPUTS: return "gather_verify_outputs";
-    case DPS_OS_OP_GATHER_LOGPROBS: return "gather_verify_logprobs";
-    case DPS_OS_OP_RECORDS: return "shard reduction (argmax, topk or sample)";
+    case DPS_PEER_OP_SWAP: return "swap_batch_vocab";
+    case DPS_PEER_OP_GATHER_OUTPUTS: return "gather_verify_outputs";
+    case DPS_PEER_OP_GATHER_LOGPROBS: return "gather_verify_logprobs";
+    case DPS_PEER_OP_RECORDS: return "shard reduction (argmax, topk or sample)";
     default: return "operation";
   }
 }
 
 static const char* waitName(int w) {
   switch (w) {
-    case DPS_OS_WAIT_READY: return "its ready flag";
-    case DPS_OS_WAIT_DONE: return "its completion flag";
-    case DPS_OS_WAIT_DATA: return "its data";
-    case DPS_OS_WAIT_PEER_FAILED: return "it after it reported its own failure";
+    case DPS_PEER_WAIT_READY: return "its ready flag";
+    case DPS_PEER_WAIT_DONE: return "its completion flag";
+    case DPS_PEER_WAIT_DATA: return "its data";
+    case DPS_PEER_WAIT_PEER_FAILED: return "it after it reported its own failure";
     default: return "it";
   }
 }
@@ -74,23 +74,23 @@ static dpsResult_t osAsyncError(dpsComm_t comm) {
   OsState* st = (OsState*)comm->backend_state;
   unsigned long long w = hostErrWord(st);
   if (w == 0) return dpsSuccess;
-  if (DPS_OS_ERR_WAIT(w) == DPS_OS_WAIT_PEER_FAILED)
+  if (DPS_PEER_ERR_WAIT(w) == DPS_PEER_WAIT_PEER_FAILED)
     return dpsSetError(dpsTimeout,
                        "onesided %s: rank %d gave up (it timed out or saw a failure), so rank %d "
                        "stopped waiting for it. The communicator is unusable: destroy it",
-                       opName(DPS_OS_ERR_OP(w)), DPS_OS_ERR_PEER(w), comm->config.rank);
+                       opName(DPS_PEER_ERR_OP(w)), DPS_PEER_ERR_PEER(w), comm->config.rank);
   return dpsSetError(dpsTimeout,
                      "onesided %s: rank %d did not arrive within %d ms (peer dead or stuck?); "
                      "rank %d gave up waiting for %s. The communicator is unusable: destroy it",
-                     opName(DPS_OS_ERR_OP(w)), DPS_OS_ERR_PEER(w), comm->timeout_ms,
-                     comm->config.rank, waitName(DPS_OS_ERR_WAIT(w)));
+                     opName(DPS_PEER_ERR_OP(w)), DPS_PEER_ERR_PEER(w), comm->timeout_ms,
+                     comm->config.rank, waitName(DPS_PEER_ERR_WAIT(w)));
 }
 
 /* Whether a peer marked itself failed in our fail area (read after our own
  * work finished; an unreadable area counts as failed). */
 static int peerFailed(const OsState* st) {
   if (st->a.base == NULL || !st->a.registered) return 0;
-  unsigned long long f[DPS_OS_MAX_RANKS] = {0};
+  unsigned long long f[DPS_PEER_MAX_RANKS] = {0};
   if (cudaMemcpy(f, (char*)st->a.base + st->lay.off_fail, sizeof f, cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
     (void)cudaGetLastError();
@@ -130,7 +130,7 @@ static int closeExchange(dpsComm_t comm, OsState* st, int failed) {
     return 1;
   }
   if (hostErrWord(st) != 0) return 1;
-  uint32_t all[DPS_OS_MAX_RANKS] = {0};
+  uint32_t all[DPS_PEER_MAX_RANKS] = {0};
   if (cudaMemcpy(all, st->close.out, sizeof(uint32_t) * (size_t)st->lay.tp,
                  cudaMemcpyDeviceToHost) !=
       cudaSuccess) {
@@ -225,7 +225,7 @@ static dpsOsWindows windowView(const dpsSymMem* w, int tp) {
   return v;
 }
 
-static dpsOsCommon buildCommon(dpsComm_t comm, OsState* st) {
+static dpsPeerCommon buildCommon(dpsComm_t comm, OsState* st) {
   st->va = windowView(&st->a, st->lay.tp);
   return dpsOsMakeCommon(&st->lay, &st->va, st->dstate, st->herr_dev, comm->timeout_ms, comm->pdl);
 }
@@ -237,7 +237,7 @@ static dpsOsCommon buildCommon(dpsComm_t comm, OsState* st) {
 static dpsResult_t initLocal(dpsComm_t comm, OsState* st) {
   dpsOsLayout* L = &st->lay;
   /* error word: device copy + mapped pinned host copy */
-  DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsOsDevState),
+  DPS_CHECK(dpsDeviceAlloc(comm, (void**)&st->dstate, sizeof(dpsPeerDevState),
                            "the onesided device state"));
   void* h = NULL;
   DPS_CUDA_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
@@ -265,10 +265,10 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   L->max_pad_bs = cfg->max_pad_bs;
   L->vocab = cfg->vocab_size;
   L->rec_words = comm->rec_words;
-  if (L->tp > DPS_OS_MAX_RANKS)
+  if (L->tp > DPS_PEER_MAX_RANKS)
     return dpsSetError(dpsUnavailable,
                        "onesided backend supports at most %d ranks, tp_size=%d (use backend=nccl)",
-                       DPS_OS_MAX_RANKS, L->tp);
+                       DPS_PEER_MAX_RANKS, L->tp);
 
   int sms = 0, major = 0;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->device));
@@ -276,7 +276,7 @@ static dpsResult_t osInitImpl(dpsComm_t comm, OsState* st) {
   /* {grid cap (DPSAMPLING_ONESIDED_MAX_BLOCKS, at most the SM count), LL
    * threshold, gather block size, PCI address of every rank (others' slots
    * at INT64_MAX, so the min fills them in)} */
-  int64_t vals[3 + DPS_OS_MAX_RANKS];
+  int64_t vals[3 + DPS_PEER_MAX_RANKS];
   vals[0] = env->os_max_blocks > 0 && env->os_max_blocks < sms ? env->os_max_blocks : sms;
   vals[1] = (int64_t)env->os_ll_bytes;
   const int askedThreads = env->os_gather_threads;
@@ -434,7 +434,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   memset(&sink, 0, sizeof sink);
   sink.kind = DPS_REC_LL;
   sink.c = st->common;
-  sink.op = DPS_OS_OP_RECORDS;
+  sink.op = DPS_PEER_OP_RECORDS;
   sink.cap = L->cap_rec;
   sink.max_blocks = L->maxb; /* waiting kernels of ranks sharing a GPU must all be resident */
   for (int r = 0; r < L->tp; ++r) sink.stage_peer.p[r] = st->va.peer[r] + L->off_rec;
@@ -443,7 +443,7 @@ static dpsResult_t osRecords(dpsComm_t comm, const dpsRecOp* op, cudaStream_t st
   memset(&src, 0, sizeof src);
   src.ll = 1;
   src.c = st->common;
-  src.op = DPS_OS_OP_RECORDS;
+  src.op = DPS_PEER_OP_RECORDS;
   src.stage = st->va.base + L->off_rec;
   src.cap = L->cap_rec;
   src.max_blocks = L->maxb;

@@ -33,20 +33,20 @@ dpsResult_t dpsOsLayoutInit(dpsOsLayout* L) {
   const size_t max_reqs = (size_t)(L->max_pad_bs / L->tp);
   const size_t tp = (size_t)L->tp, n = (size_t)L->n;
   int ovf = 0;
-  /* the close exchange's words: in [1], out [DPS_OS_MAX_RANKS] */
-  L->close_bytes = dpsRoundUp(sizeof(uint32_t) * (1 + DPS_OS_MAX_RANKS), 256);
+  /* the close exchange's words: in [1], out [DPS_PEER_MAX_RANKS] */
+  L->close_bytes = dpsRoundUp(sizeof(uint32_t) * (1 + DPS_PEER_MAX_RANKS), 256);
 
   /* window A */
   const size_t lineVals =
-      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_OS_LL_LINE_VALUES;
+      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_VALUES : DPS_PEER_LL_LINE_VALUES;
   const size_t lineBytes =
-      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_OS_LL_LINE_BYTES;
+      L->gproto == DPS_OS_PROTO_LL128 ? DPS_OS_LL128_LINE_BYTES : DPS_PEER_LL_LINE_BYTES;
   const size_t outVals = mulc(max_reqs, addc(mulc(2, n, &ovf), 1, &ovf), &ovf);
   L->cap_out = (int64_t)((outVals + lineVals - 1) / lineVals);
   L->cap_lp = (int64_t)((mulc(max_reqs, n, &ovf) + lineVals - 1) / lineVals);
   const size_t flags = DPS_OS_FLAG_WORDS(L->tp, L->maxb) * 8u;
   L->off_fail = dpsRoundUp(flags, 256);
-  L->off_gout = L->off_fail + dpsRoundUp(DPS_OS_MAX_RANKS * sizeof(unsigned long long), 256);
+  L->off_gout = L->off_fail + dpsRoundUp(DPS_PEER_MAX_RANKS * sizeof(unsigned long long), 256);
   const size_t gout = mulc(mulc(2 * tp, (size_t)L->cap_out, &ovf), lineBytes, &ovf);
   L->off_glp = dpsRoundUp(addc(L->off_gout, gout, &ovf), 256);
   /* records (argmax, top-k, sample): LL lines of two words */
@@ -85,9 +85,9 @@ dpsOsCloseWords dpsOsCloseWordsAt(void* close) {
   return w;
 }
 
-dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
+dpsPeerCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsPeerDevState* state,
                             unsigned long long* host_err_dev, int timeout_ms, int pdl) {
-  dpsOsCommon c;
+  dpsPeerCommon c;
   c.tp = L->tp;
   c.rank = L->rank;
   c.state = state;
@@ -95,12 +95,12 @@ dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDe
   c.timeout_ns = (unsigned long long)(timeout_ms > 0 ? timeout_ms : 1) * 1000000ull;
   c.pdl = pdl;
   c.fail = (const unsigned long long*)((const char*)a->base + L->off_fail);
-  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r)
+  for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r)
     c.fail_peer[r] = r < L->tp ? (unsigned long long*)(a->peer[r] + L->off_fail) : NULL;
   return c;
 }
 
-void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+void dpsOsPlanSwap(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                    const dpsOsWindows* b, const void* in, const dpsShape* sh,
                    dpsOsSwapArgs* args, dpsOsSwapPlan* plan) {
   const uintptr_t addr = (uintptr_t)in;
@@ -140,7 +140,7 @@ void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindow
 }
 
 /* The parts every gather shares: staging, capacity, total, grid. */
-static int planGather(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+static int planGather(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                       size_t off, int64_t cap, dpsOsGatherArgs* args) {
   args->c = *c;
   args->stage = a->base + off;
@@ -149,17 +149,17 @@ static int planGather(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWin
   args->total = args->count[0] + args->count[1] + args->count[2];
   /* Each block keeps its own epoch over a fixed set of lines: the grid is a
    * function of the capacity only. */
-  const int cap_blocks = L->maxb < DPS_OS_GATHER_MAX_BLOCKS ? L->maxb : DPS_OS_GATHER_MAX_BLOCKS;
+  const int cap_blocks = L->maxb < DPS_PEER_GATHER_MAX_BLOCKS ? L->maxb : DPS_PEER_GATHER_MAX_BLOCKS;
   const uint64_t threads = (uint64_t)cap * (L->gproto == DPS_OS_PROTO_LL128 ? 8u : 1u);
   return clampGrid((threads + (uint64_t)L->gthreads - 1) / (uint64_t)L->gthreads, cap_blocks);
 }
 
-int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                            const dpsVerifyOutputs* out, const int32_t* predict,
                            const int32_t* accept_index, const int32_t* accept_length,
                            const dpsShape* sh, dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
-  args->op = DPS_OS_OP_GATHER_OUTPUTS;
+  args->op = DPS_PEER_OP_GATHER_OUTPUTS;
   args->nseg = 3;
   args->in[0] = (const uint32_t*)predict;
   args->in[1] = (const uint32_t*)accept_index;
@@ -173,11 +173,11 @@ int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dps
   return planGather(L, c, a, L->off_gout, L->cap_out, args);
 }
 
-int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                             const dpsVerifyOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
-  args->op = DPS_OS_OP_GATHER_LOGPROBS;
+  args->op = DPS_PEER_OP_GATHER_LOGPROBS;
   args->nseg = 1;
   /* one segment: the unused slots repeat it (count 0), so that the kernels'
    * segment selects never form a pointer from NULL */
@@ -187,10 +187,10 @@ int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dp
   return planGather(L, c, a, L->off_glp, L->cap_lp, args);
 }
 
-int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                            const dpsOsCloseWords* w, dpsOsGatherArgs* args) {
   memset(args, 0, sizeof *args);
-  args->op = DPS_OS_OP_GATHER_LOGPROBS;
+  args->op = DPS_PEER_OP_GATHER_LOGPROBS;
   args->nseg = 1;
   args->in[0] = args->in[1] = args->in[2] = w->in;
   args->out[0] = args->out[1] = args->out[2] = w->out;

@@ -69,7 +69,7 @@ dpsResult_t dpsOsLayoutPrepare(dpsOsLayout* L, size_t esize);
  * local one). */
 typedef struct {
   char* base;
-  char* peer[DPS_OS_MAX_RANKS];
+  char* peer[DPS_PEER_MAX_RANKS];
 } dpsOsWindows;
 
 /* The close exchange's words (close_bytes of device memory): this rank's
@@ -81,7 +81,7 @@ typedef struct {
 dpsOsCloseWords dpsOsCloseWordsAt(void* close);
 
 /* The kernels' common arguments, fixed once window A exists. */
-dpsOsCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsOsDevState* state,
+dpsPeerCommon dpsOsMakeCommon(const dpsOsLayout* L, const dpsOsWindows* a, dpsPeerDevState* state,
                             unsigned long long* host_err_dev, int timeout_ms, int pdl);
 
 /* One swap call: path 1 = LL, 0 = direct; width: vector/unit bytes. */
@@ -92,25 +92,25 @@ typedef struct {
 /* Fills the swap kernel's arguments and plan for input `in` and the call's
  * shape (the core checked both). a: window A (flags), b: window B (output,
  * staging). */
-void dpsOsPlanSwap(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+void dpsOsPlanSwap(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                    const dpsOsWindows* b, const void* in, const dpsShape* sh,
                    dpsOsSwapArgs* args, dpsOsSwapPlan* plan);
 
 /* Fill a gather's arguments; return its grid (launch with L->gproto and
  * L->gthreads). The grid depends only on the capacity (max_pad_bs), never
  * on this call's shape. */
-int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanGatherOutputs(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                            const dpsVerifyOutputs* out, const int32_t* predict,
                            const int32_t* accept_index, const int32_t* accept_length,
                            const dpsShape* sh, dpsOsGatherArgs* args);
-int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanGatherLogprobs(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                             const dpsVerifyOutputs* out, const float* in, const dpsShape* sh,
                             dpsOsGatherArgs* args);
 
 /* dpsCommClose's health exchange: one more logprobs-gather call (the same
  * staging, kernel and epoch sequence, which every rank runs at the same
  * point) of one word per rank, w->in -> w->out[src]. Returns its grid. */
-int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsOsCommon* c, const dpsOsWindows* a,
+int dpsOsPlanCloseExchange(const dpsOsLayout* L, const dpsPeerCommon* c, const dpsOsWindows* a,
                            const dpsOsCloseWords* w, dpsOsGatherArgs* args);
 
 #ifdef __cplusplus

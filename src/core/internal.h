@@ -332,7 +332,7 @@ void dpsDeviceFree(dpsComm_t comm, void** p);
 dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
 /* The most ranks of a shard reduction (argmax, top-k, sample): their merges
  * hold every rank's record of a row in shared memory. Equal to the onesided
- * limit (DPS_OS_MAX_RANKS, checked in core/sample.c); nccl alone allows more. */
+ * limit (DPS_PEER_MAX_RANKS, checked in core/sample.c); nccl alone allows more. */
 #define DPS_SHARD_MAX_RANKS 8
 
 /* Argument checks shared by the shard reductions (core/select.c): the

@@ -59,7 +59,7 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   return s;
 }
 
-_Static_assert(DPS_SHARD_MAX_RANKS == DPS_OS_MAX_RANKS, "the merges' per-rank arrays");
+_Static_assert(DPS_SHARD_MAX_RANKS == DPS_PEER_MAX_RANKS, "the merges' per-rank arrays");
 
 dpsResult_t dpsAllocShardState(dpsComm_t comm) {
   _Static_assert(DPS_SAMPLE_MAX_WORDS <= DPS_REC_MAX_WORDS, "record capacity");

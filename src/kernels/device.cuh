@@ -158,8 +158,8 @@ __device__ __forceinline__ u64 udiv(u64 a, u64 b) {
   return a / b;
 }
 
-__device__ __forceinline__ void recordError(const dpsOsCommon& c, int op, int peer, int wait) {
-  u64 w = DPS_OS_ERR_SET | ((u64)(unsigned)wait << 40) | ((u64)(unsigned)op << 32) |
+__device__ __forceinline__ void recordError(const dpsPeerCommon& c, int op, int peer, int wait) {
+  u64 w = DPS_PEER_ERR_SET | ((u64)(unsigned)wait << 40) | ((u64)(unsigned)op << 32) |
           (u64)((unsigned)peer & 0xffffu);
   if (atomicCAS(&c.state->err, 0ull, w) == 0ull) {
     *(volatile u64*)c.host_err = w;
@@ -171,12 +171,12 @@ __device__ __forceinline__ void recordError(const dpsOsCommon& c, int op, int pe
 
 /* Polled from spin loops: true when the loop must give up (another block or
  * a peer failed, or this wait ran past the timeout; the cause is recorded). */
-__device__ __forceinline__ bool spinExpired(const dpsOsCommon& c, u64 t0, int op, int peer,
+__device__ __forceinline__ bool spinExpired(const dpsPeerCommon& c, u64 t0, int op, int peer,
                                             int wait) {
   if (ldVolatile(&c.state->err) != 0) return true;
   for (int p = 0; p < c.tp; ++p) {
     if (p != c.rank && ldVolatile(c.fail + p) != 0) {
-      recordError(c, op, p, DPS_OS_WAIT_PEER_FAILED);
+      recordError(c, op, p, DPS_PEER_WAIT_PEER_FAILED);
       return true;
     }
   }
@@ -188,7 +188,7 @@ __device__ __forceinline__ bool spinExpired(const dpsOsCommon& c, u64 t0, int op
 }
 
 /* One thread: waits until *f >= e. false on timeout / error. */
-__device__ __forceinline__ bool waitFlagGe(const u64* f, u64 e, const dpsOsCommon& c, u64 t0,
+__device__ __forceinline__ bool waitFlagGe(const u64* f, u64 e, const dpsPeerCommon& c, u64 t0,
                                            int op, int peer, int wait) {
   unsigned n = 0;
   while (ldAcquireSys(f) < e) {
@@ -199,7 +199,7 @@ __device__ __forceinline__ bool waitFlagGe(const u64* f, u64 e, const dpsOsCommo
 
 /* Kernel prologue: the epoch this kernel works on, or 0 if the communicator
  * already failed (then the whole block returns at once). Block-uniform. */
-__device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
+__device__ __forceinline__ u64 beginEpoch(const dpsPeerCommon& c, int op) {
   __shared__ u64 s_epoch;
   if (threadIdx.x == 0) {
     const u64 err = ldVolatile(&c.state->err), ep = ldVolatile(&c.state->epoch[op]);
@@ -209,7 +209,7 @@ __device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
   return s_epoch;
 }
 
-/* Gathers: claims block b's next epoch (see DPS_OS_GATHER_MAX_BLOCKS), or
+/* Gathers: claims block b's next epoch (see DPS_PEER_GATHER_MAX_BLOCKS), or
  * returns 0 if the communicator already failed. Block-uniform.
  *
  * Called BEFORE dpsPdlWait(), so that its latency hides behind the previous
@@ -219,12 +219,12 @@ __device__ __forceinline__ u64 beginEpoch(const dpsOsCommon& c, int op) {
  * claim, even while that kernel still runs. Nothing else on the gather path
  * may be read before the wait except kernel parameters. A stale `err` here
  * costs nothing: the spin loops re-read it. */
-__device__ __forceinline__ u64 claimBlockEpoch(const dpsOsCommon& c, int op) {
+__device__ __forceinline__ u64 claimBlockEpoch(const dpsPeerCommon& c, int op) {
   __shared__ u64 s_epoch;
   if (threadIdx.x == 0) {
     u64 e = 0ull;
     if (ldVolatile(&c.state->err) == 0ull)
-      e = atomicAdd(&c.state->block_epoch[op - DPS_OS_OP_GATHER_OUTPUTS][blockIdx.x], 1ull) + 1ull;
+      e = atomicAdd(&c.state->block_epoch[op - DPS_PEER_OP_GATHER_OUTPUTS][blockIdx.x], 1ull) + 1ull;
     s_epoch = e;
   }
   __syncthreads();
@@ -239,7 +239,7 @@ __device__ __forceinline__ void dpsPdlReleaseFromClaimer() {
 }
 
 /* Kernel epilogue: the last block to finish publishes the epoch. */
-__device__ __forceinline__ void finishEpoch(const dpsOsCommon& c, int op, u64 e) {
+__device__ __forceinline__ void finishEpoch(const dpsPeerCommon& c, int op, u64 e) {
   __syncthreads();
   if (threadIdx.x == 0 && gridDim.x == 1) {
     *(volatile u64*)&c.state->epoch[op] = e; /* visible to the next kernel */

@@ -72,7 +72,7 @@ __device__ __forceinline__ void warmParams(const dpsOsGatherArgs& a) {
     for (int k = 0; k < 3; ++k)
       x ^= (u64)(uintptr_t)a.in[k] ^ (u64)(uintptr_t)a.out[k] ^ (u64)a.count[k];
 #pragma unroll
-    for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) x ^= (u64)(uintptr_t)a.stage_peer.p[r];
+    for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) x ^= (u64)(uintptr_t)a.stage_peer.p[r];
     s_sink = x;
   }
 }
@@ -93,7 +93,7 @@ struct GatherBlock {
 };
 
 __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1) gatherLLKernel(dpsOsGatherArgs a) {
-  const dpsOsCommon& c = a.c;
+  const dpsPeerCommon& c = a.c;
   const GatherBlock g(a);
   if (g.e == 0) return;
   const Segs sg(a);
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1) gatherLLKernel(d
     const bool two = j + 1 < P;
     const uint32_t v0 = l == first ? pre0 : sg.load(a, j);
     const uint32_t v1 = l == first ? pre1 : two ? sg.load(a, j + 1) : 0u;
-    const size_t off = DPS_OS_LL_OFFSET(g.par, me, l, tp, cap);
+    const size_t off = DPS_PEER_LL_OFFSET(g.par, me, l, tp, cap);
     for (int k = 1; k < tp; ++k) stLine(a.stage_peer.p[peerAt(me, k, tp)] + off, v0, v1, g.flag);
     sg.store2(a, me, j, v0, v1, two);
   }
@@ -124,11 +124,11 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1) gatherLLKernel(d
     const u64 j = 2 * l;
     for (int k = 1; k < tp; ++k) {
       const int src = peerAt(me, k, tp);
-      const char* line = a.stage + DPS_OS_LL_OFFSET(g.par, src, l, tp, cap);
+      const char* line = a.stage + DPS_PEER_LL_OFFSET(g.par, src, l, tp, cap);
       unsigned n = 0;
       uint4 v = ldLine(line);
       while (v.y != g.flag || v.w != g.flag) {
-        if ((++n & 127u) == 0 && spinExpired(c, t0, a.op, src, DPS_OS_WAIT_DATA)) return;
+        if ((++n & 127u) == 0 && spinExpired(c, t0, a.op, src, DPS_PEER_WAIT_DATA)) return;
         v = ldLine(line);
       }
       sg.store2(a, src, j, v.x, v.z, j + 1 < P);
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1) gatherLLKernel(d
  * last word is the flag. */
 __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1)
     gatherLL128Kernel(dpsOsGatherArgs a) {
-  const dpsOsCommon& c = a.c;
+  const dpsPeerCommon& c = a.c;
   const GatherBlock g(a);
   if (g.e == 0) return;
   const Segs sg(a);
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1)
     __syncwarp();
     if (act) {
       const size_t off =
-          DPS_OS_STAGE_OFFSET(g.par, me, l, tp, cap, DPS_OS_LL128_LINE_BYTES) + 16u * sub;
+          DPS_PEER_STAGE_OFFSET(g.par, me, l, tp, cap, DPS_OS_LL128_LINE_BYTES) + 16u * sub;
       for (int k = 1; k < tp; ++k)
         stV4(a.stage_peer.p[peerAt(me, k, tp)] + off, v[0], v[1], v[2], v[3]);
 #pragma unroll
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1)
       const int src = peerAt(me, k, tp);
       const char* line =
           a.stage +
-          DPS_OS_STAGE_OFFSET(g.par, src, act ? l : 0u, tp, cap, DPS_OS_LL128_LINE_BYTES) +
+          DPS_PEER_STAGE_OFFSET(g.par, src, act ? l : 0u, tp, cap, DPS_OS_LL128_LINE_BYTES) +
           16u * sub;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       unsigned n = 0;
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(DPS_OS_GATHER_THREADS_MAX, 1)
         if (!__any_sync(0xffffffffu, act && sub == 7u && v.w != g.flag)) break;
         if ((++n & 127u) == 0) {
           int f = 0;
-          if (lane == 0) f = spinExpired(c, t0, a.op, src, DPS_OS_WAIT_DATA);
+          if (lane == 0) f = spinExpired(c, t0, a.op, src, DPS_PEER_WAIT_DATA);
           if (__shfl_sync(0xffffffffu, f, 0)) return; /* the whole warp */
         }
       }

@@ -35,7 +35,7 @@ extern "C" {
 /* LL128 lines of the gathers (on request, every peer on NVLink): 128-byte
  * lines, 8 threads x 16 bytes stored by one warp instruction, words 0..30
  * data and word 31 the flag: 31 values per line, in the staging layout of
- * DPS_OS_STAGE_OFFSET (kernels/records.h). Relies on NVLink delivering such
+ * DPS_PEER_STAGE_OFFSET (kernels/records.h). Relies on NVLink delivering such
  * a 128-byte warp store as a unit (what NCCL's LL128 protocol relies on). */
 #define DPS_OS_LL128_LINE_BYTES 128
 #define DPS_OS_LL128_LINE_VALUES 31
@@ -48,14 +48,14 @@ enum { DPS_OS_PROTO_LL = 0, DPS_OS_PROTO_LL128 = 1 };
  * rows [0, rows) at byte column rank*row_bytes, output row stride
  * out_row_bytes (= tp*row_bytes). */
 typedef struct {
-  dpsOsCommon c;
+  dpsPeerCommon c;
   const char* in;
   char* out;                /* local swap_out */
-  dpsOsPeers out_peer;      /* every rank's swap_out (direct path) */
+  dpsPeers out_peer;      /* every rank's swap_out (direct path) */
   unsigned long long* flags; /* local flag area */
-  dpsOsPeers flags_peer;    /* every rank's flag area */
+  dpsPeers flags_peer;    /* every rank's flag area */
   char* ll;                 /* local swap LL staging */
-  dpsOsPeers ll_peer;       /* every rank's swap LL staging */
+  dpsPeers ll_peer;       /* every rank's swap LL staging */
   long long rows;           /* reqs*N */
   long long row_bytes;      /* v_local*esize */
   long long out_row_bytes;  /* V*esize */
@@ -74,7 +74,7 @@ cudaError_t dpsOsLaunchSwap(const dpsOsSwapArgs* a, int path, int width, int gri
  * int32/fp32 segments; value j of segment k from rank src lands at
  * out[k][src*count[k] + j]. */
 typedef struct {
-  dpsOsCommon c;
+  dpsPeerCommon c;
   int op;            /* DPS_OS_OP_GATHER_* */
   int nseg;
   const uint32_t* in[3];
@@ -82,7 +82,7 @@ typedef struct {
   long long count[3];
   long long total;   /* sum of count */
   char* stage;       /* local staging of this op */
-  dpsOsPeers stage_peer;
+  dpsPeers stage_peer;
   long long cap;     /* lines per (parity, src) */
 } dpsOsGatherArgs;
 

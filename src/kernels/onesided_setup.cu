@@ -15,13 +15,13 @@
 
 /* Whether every rank of the communicator is in its LSA (load/store) team,
  * i.e. every peer's symmetric memory can be mapped and stored to directly.
- * Groups larger than DPS_OS_MAX_RANKS are reported unreachable (the kernels
+ * Groups larger than DPS_PEER_MAX_RANKS are reported unreachable (the kernels
  * take peer pointers by value), so auto falls back to nccl. */
 extern "C" int dpsOnesidedReachable(ncclComm_t comm) {
   if (comm == nullptr) return 0;
   int nranks = 0;
   if (ncclCommCount(comm, &nranks) != ncclSuccess) return 0;
-  if (nranks < 1 || nranks > DPS_OS_MAX_RANKS) return 0;
+  if (nranks < 1 || nranks > DPS_PEER_MAX_RANKS) return 0;
   ncclTeam_t lsa = ncclTeamLsa(comm);
   return lsa.nRanks == nranks ? 1 : 0;
 }
@@ -56,6 +56,6 @@ __global__ void dpsOsPeerPointerKernel(void** out, ncclWindow_t win, int nranks)
 }
 
 extern "C" cudaError_t dpsOsGetPeerPointers(ncclWindow_t win, int nranks, void** out) {
-  if (nranks < 1 || nranks > DPS_OS_MAX_RANKS) return cudaErrorInvalidValue;
+  if (nranks < 1 || nranks > DPS_PEER_MAX_RANKS) return cudaErrorInvalidValue;
   return runSetupKernel(dpsOsPeerPointerKernel, 32, out, (size_t)nranks, win, nranks);
 }

@@ -106,19 +106,19 @@ __device__ __forceinline__ void copyFused(const char* __restrict__ rsrc, char* r
 }
 
 /* Thread 0 of the block waits for *f >= e; block-uniform result. */
-__device__ __forceinline__ bool blockWait(const u64* f, u64 e, const dpsOsCommon& c, u64 t0,
+__device__ __forceinline__ bool blockWait(const u64* f, u64 e, const dpsPeerCommon& c, u64 t0,
                                           int peer, int wait) {
   int fail = 0;
-  if (threadIdx.x == 0) fail = !waitFlagGe(f, e, c, t0, DPS_OS_OP_SWAP, peer, wait);
+  if (threadIdx.x == 0) fail = !waitFlagGe(f, e, c, t0, DPS_PEER_OP_SWAP, peer, wait);
   return !__syncthreads_or(fail);
 }
 
 template <int W>
 __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwapArgs a) {
-  const dpsOsCommon& c = a.c;
+  const dpsPeerCommon& c = a.c;
   dpsPdlWait();
   dpsPdlRelease();
-  const u64 e = beginEpoch(c, DPS_OS_OP_SWAP);
+  const u64 e = beginEpoch(c, DPS_PEER_OP_SWAP);
   if (e == 0) return;
   const u64 t0 = globalTimer();
   const int tp = c.tp, me = c.rank, b = blockIdx.x, G = gridDim.x, maxb = a.max_blocks;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwa
 
   if (tp == 1) {
     copyRange<W>(lsrc, ldst, vpr, OS, begin, end);
-    finishEpoch(c, DPS_OS_OP_SWAP, e);
+    finishEpoch(c, DPS_PEER_OP_SWAP, e);
     return;
   }
 
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwa
         __syncthreads();
         if (ok) break;
         if (lpos >= end) {
-          if (!blockWait(ready, e, c, t0, p, DPS_OS_WAIT_READY)) return;
+          if (!blockWait(ready, e, c, t0, p, DPS_PEER_WAIT_READY)) return;
           break;
         }
         const u64 stop = lpos + slice < end ? lpos + slice : end;
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwa
       copyFused<W>(rsrc, rdst, lsrc, ldst, vpr, OS, begin, lpos, end);
     } else {
       /* 3. further peers */
-      if (!blockWait(ready, e, c, t0, p, DPS_OS_WAIT_READY)) return;
+      if (!blockWait(ready, e, c, t0, p, DPS_PEER_WAIT_READY)) return;
       copyRange<W>(rsrc, rdst, vpr, OS, begin, end);
     }
     __threadfence_system();
@@ -180,9 +180,9 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapDirectKernel(dpsOsSwa
   int fail = 0;
   if ((int)threadIdx.x < tp && (int)threadIdx.x != me)
     fail = !waitFlagGe(a.flags + DPS_OS_FLAG_DONE(b, threadIdx.x, tp, maxb), e, c, t0,
-                       DPS_OS_OP_SWAP, threadIdx.x, DPS_OS_WAIT_DONE);
+                       DPS_PEER_OP_SWAP, threadIdx.x, DPS_PEER_WAIT_DONE);
   if (__syncthreads_or(fail)) return;
-  finishEpoch(c, DPS_OS_OP_SWAP, e);
+  finishEpoch(c, DPS_PEER_OP_SWAP, e);
 }
 
 /* ---- LL path ---- */
@@ -233,7 +233,7 @@ __device__ __forceinline__ void unpackPayload(const dpsOsSwapArgs& a, int src, u
 
 template <int LU>
 __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArgs a) {
-  const dpsOsCommon& c = a.c;
+  const dpsPeerCommon& c = a.c;
   const int tp = c.tp, me = c.rank, b = blockIdx.x, G = gridDim.x;
   const u64 S = (u64)a.rows * (u64)a.row_bytes;
   const u64 L = (S + 7) / 8;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
   const u64 l0 = lb + threadIdx.x;
   const uint2 pre = (l0 < le && tp > 1) ? loadPayload<LU>(a.in + (u64)((me + 1) % tp) * S, S, l0)
                                         : make_uint2(0u, 0u);
-  const u64 e = beginEpoch(c, DPS_OS_OP_SWAP);
+  const u64 e = beginEpoch(c, DPS_PEER_OP_SWAP);
   if (e == 0) return;
   const u64 t0 = globalTimer();
   const uint32_t flag = llFlag(e);
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
     for (int k = 1; k < tp; ++k) {
       const int p = (me + k) % tp;
       const uint2 d = (l == l0 && k == 1) ? pre : loadPayload<LU>(a.in + (u64)p * S, S, l);
-      stLine(a.ll_peer.p[p] + DPS_OS_LL_OFFSET(par, me, l, tp, cap), d.x, d.y, flag);
+      stLine(a.ll_peer.p[p] + DPS_PEER_LL_OFFSET(par, me, l, tp, cap), d.x, d.y, flag);
     }
     unpackPayload<LU>(a, me, l, loadPayload<LU>(a.in + (u64)me * S, S, l));
   }
@@ -266,11 +266,11 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
   for (u64 l = lb + threadIdx.x; l < le && !fail; l += blockDim.x) {
     for (int k = 1; k < tp && !fail; ++k) {
       const int src = (me + k) % tp;
-      const char* line = a.ll + DPS_OS_LL_OFFSET(par, src, l, tp, cap);
+      const char* line = a.ll + DPS_PEER_LL_OFFSET(par, src, l, tp, cap);
       unsigned n = 0;
       uint4 v = ldLine(line);
       while (v.y != flag || v.w != flag) {
-        if ((++n & 127u) == 0 && spinExpired(c, t0, DPS_OS_OP_SWAP, src, DPS_OS_WAIT_DATA)) {
+        if ((++n & 127u) == 0 && spinExpired(c, t0, DPS_PEER_OP_SWAP, src, DPS_PEER_WAIT_DATA)) {
           fail = 1;
           break;
         }
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(DPS_OS_SWAP_THREADS) swapLLKernel(dpsOsSwapArg
     }
   }
   if (__syncthreads_or(fail)) return;
-  finishEpoch(c, DPS_OS_OP_SWAP, e);
+  finishEpoch(c, DPS_PEER_OP_SWAP, e);
 }
 
 }  // namespace

@@ -30,80 +30,80 @@ extern "C" {
 
 /* ---- the peer transport ---------------------------------------------------- */
 
-#define DPS_OS_MAX_RANKS 8
+#define DPS_PEER_MAX_RANKS 8
 
 /* Operations (index of the epoch counter, recorded in timeouts). */
 enum {
-  DPS_OS_OP_SWAP = 0,
-  DPS_OS_OP_GATHER_OUTPUTS = 1,
-  DPS_OS_OP_GATHER_LOGPROBS = 2,
-  DPS_OS_OP_RECORDS = 3, /* records steps: argmax, top-k, sample */
-  DPS_OS_NUM_OPS = 4
+  DPS_PEER_OP_SWAP = 0,
+  DPS_PEER_OP_GATHER_OUTPUTS = 1,
+  DPS_PEER_OP_GATHER_LOGPROBS = 2,
+  DPS_PEER_OP_RECORDS = 3, /* records steps: argmax, top-k, sample */
+  DPS_PEER_NUM_OPS = 4
 };
 
 /* What a timed-out kernel was waiting for. */
 enum {
-  DPS_OS_WAIT_READY = 1, /* swap: peer's "my output buffer is free" flag */
-  DPS_OS_WAIT_DONE = 2,  /* swap: peer's "my stores into you landed" flag */
-  DPS_OS_WAIT_DATA = 3,  /* LL: peer's data+flag words */
-  DPS_OS_WAIT_PEER_FAILED = 4 /* the peer marked itself failed (fail area) */
+  DPS_PEER_WAIT_READY = 1, /* swap: peer's "my output buffer is free" flag */
+  DPS_PEER_WAIT_DONE = 2,  /* swap: peer's "my stores into you landed" flag */
+  DPS_PEER_WAIT_DATA = 3,  /* LL: peer's data+flag words */
+  DPS_PEER_WAIT_PEER_FAILED = 4 /* the peer marked itself failed (fail area) */
 };
 
-/* Error word (device copy in dpsOsDevState.err, host copy in mapped pinned
+/* Error word (device copy in dpsPeerDevState.err, host copy in mapped pinned
  * memory): 0 = no error, else
  *   bit 63 set | wait kind << 40 | op << 32 | peer (low 16 bits). */
-#define DPS_OS_ERR_SET (1ull << 63)
-#define DPS_OS_ERR_PEER(w) ((int)((w)&0xffffu))
-#define DPS_OS_ERR_OP(w) ((int)(((w) >> 32) & 0xffu))
-#define DPS_OS_ERR_WAIT(w) ((int)(((w) >> 40) & 0xffu))
+#define DPS_PEER_ERR_SET (1ull << 63)
+#define DPS_PEER_ERR_PEER(w) ((int)((w)&0xffffu))
+#define DPS_PEER_ERR_OP(w) ((int)(((w) >> 32) & 0xffu))
+#define DPS_PEER_ERR_WAIT(w) ((int)(((w) >> 40) & 0xffu))
 
 /* The gathers run a grid fixed at creation (a function of max_pad_bs only),
  * so block b always owns the same staging lines and keeps its own epoch:
  * no cross-block ticket on the latency path. */
-#define DPS_OS_GATHER_MAX_BLOCKS 64
+#define DPS_PEER_GATHER_MAX_BLOCKS 64
 
 /* Local (not symmetric) device state, zeroed at creation. */
 typedef struct {
-  unsigned long long epoch[DPS_OS_NUM_OPS]; /* last completed epoch per op */
-  unsigned int ticket[DPS_OS_NUM_OPS];      /* blocks finished in the running kernel */
+  unsigned long long epoch[DPS_PEER_NUM_OPS]; /* last completed epoch per op */
+  unsigned int ticket[DPS_PEER_NUM_OPS];      /* blocks finished in the running kernel */
   unsigned int pad_[2];
   unsigned long long err;                   /* first failure wins (atomicCAS) */
-  /* gathers: epochs claimed by block b, [op - DPS_OS_OP_GATHER_OUTPUTS][b]
+  /* gathers: epochs claimed by block b, [op - DPS_PEER_OP_GATHER_OUTPUTS][b]
    * (claimBlockEpoch) */
-  unsigned long long block_epoch[2][DPS_OS_GATHER_MAX_BLOCKS];
-} dpsOsDevState;
+  unsigned long long block_epoch[2][DPS_PEER_GATHER_MAX_BLOCKS];
+} dpsPeerDevState;
 
 typedef struct {
-  char* p[DPS_OS_MAX_RANKS];
-} dpsOsPeers;
+  char* p[DPS_PEER_MAX_RANKS];
+} dpsPeers;
 
 /* Fields every kernel that waits for a peer needs. */
 typedef struct {
   int tp, rank;
-  dpsOsDevState* state;
+  dpsPeerDevState* state;
   unsigned long long* host_err; /* device view of the mapped pinned error word */
   unsigned long long timeout_ns;
   int pdl; /* launch with programmatic dependent launch (kernels/device.cuh) */
-  /* Fail area (window A, DPS_OS_MAX_RANKS u64 per rank): a rank that gives up
+  /* Fail area (window A, DPS_PEER_MAX_RANKS u64 per rank): a rank that gives up
    * writes its error word into fail[me] of every peer, so that a peer which
    * has not noticed anything yet stops waiting at once and skips the
    * collective window deregistration at destroy (which would wait forever
    * for the failed rank). */
   const unsigned long long* fail;             /* mine: fail[src] written by src */
-  unsigned long long* fail_peer[DPS_OS_MAX_RANKS]; /* every rank's fail area */
-} dpsOsCommon;
+  unsigned long long* fail_peer[DPS_PEER_MAX_RANKS]; /* every rank's fail area */
+} dpsPeerCommon;
 
 /* Staging layout of the LL protocols: [parity 2][src tp][cap lines] of
  * line_bytes each. LL: 16-byte lines {data0, flag, data1, flag} (two 8-byte
  * LL words), 2 values per line (the swap's small path, the records, the
  * gathers by default). The gathers' LL128 lines: onesided_kernels.h. */
-#define DPS_OS_LL_LINE_BYTES 16
-#define DPS_OS_LL_LINE_VALUES 2
-#define DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, line_bytes)                              \
+#define DPS_PEER_LL_LINE_BYTES 16
+#define DPS_PEER_LL_LINE_VALUES 2
+#define DPS_PEER_STAGE_OFFSET(parity, src, line, tp, cap, line_bytes)                              \
   ((((size_t)(parity) * (size_t)(tp) + (size_t)(src)) * (size_t)(cap) + (size_t)(line)) *      \
    (size_t)(line_bytes))
-#define DPS_OS_LL_OFFSET(parity, src, line, tp, cap) \
-  DPS_OS_STAGE_OFFSET(parity, src, line, tp, cap, DPS_OS_LL_LINE_BYTES)
+#define DPS_PEER_LL_OFFSET(parity, src, line, tp, cap) \
+  DPS_PEER_STAGE_OFFSET(parity, src, line, tp, cap, DPS_PEER_LL_LINE_BYTES)
 
 /* ---- the records step ------------------------------------------------------- */
 
@@ -116,9 +116,9 @@ enum {
 typedef struct {
   int kind;
   uint32_t* plain;       /* DPS_REC_PLAIN: [rows][words] */
-  dpsOsCommon c;         /* DPS_REC_LL: epochs, error word, peers */
-  int op;                /* DPS_REC_LL: the epoch counter (DPS_OS_OP_*) */
-  dpsOsPeers stage_peer; /* DPS_REC_LL: every rank's staging */
+  dpsPeerCommon c;         /* DPS_REC_LL: epochs, error word, peers */
+  int op;                /* DPS_REC_LL: the epoch counter (DPS_PEER_OP_*) */
+  dpsPeers stage_peer; /* DPS_REC_LL: every rank's staging */
   long long cap;         /* DPS_REC_LL: lines per (parity, src) */
   int max_blocks;        /* the most blocks a kernel may run (0: any) */
 } dpsRecSink;
@@ -126,7 +126,7 @@ typedef struct {
 typedef struct {
   int ll;                   /* 0: plain [tp][rows][words] in gathered */
   const uint32_t* gathered;
-  dpsOsCommon c;            /* ll: epochs, error word, peers, timeout */
+  dpsPeerCommon c;            /* ll: epochs, error word, peers, timeout */
   int op;
   const char* stage;        /* ll: the local staging */
   long long cap;

@@ -79,7 +79,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   /* the searches stop at the dtype's last significant bit (a soft-cap's
    * values have all 32) */
   s.zb = a.xf.cap > 0.f ? 0 : a.dtype == 1 ? 16 : a.dtype == 2 ? 13 : 0;
-  for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) s.quota[r] = 0u;
+  for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) s.quota[r] = 0u;
   auto exact = [&](int mode) {
     s.mode = mode;
     if (mode == MODE_K) s.need = (u64)q.k;
@@ -225,7 +225,7 @@ __device__ void recEmit(const dpsRecSink& k, long long row, int words, const uin
   const int lines = words / 2;
   const uint32_t flag = llFlag(e);
   for (int l = threadIdx.x; l < lines; l += blockDim.x) {
-    const size_t off = DPS_OS_LL_OFFSET((int)(e & 1), k.c.rank, row * lines + l, k.c.tp, k.cap);
+    const size_t off = DPS_PEER_LL_OFFSET((int)(e & 1), k.c.rank, row * lines + l, k.c.tp, k.cap);
     for (int r = 0; r < k.c.tp; ++r) stLine(k.stage_peer.p[r] + off, w[2 * l], w[2 * l + 1], flag);
   }
 }
@@ -248,11 +248,11 @@ __device__ bool recFetch(const dpsRecSource& s, int tp, long long rows, long lon
   int bad = 0;
   for (int i = threadIdx.x; i < tp * lines && !bad; i += blockDim.x) {
     const int r = i / lines, l = i % lines;
-    const char* pl = s.stage + DPS_OS_LL_OFFSET((int)(e & 1), r, row * lines + l, tp, s.cap);
+    const char* pl = s.stage + DPS_PEER_LL_OFFSET((int)(e & 1), r, row * lines + l, tp, s.cap);
     unsigned n = 0;
     uint4 v = ldLine(pl);
     while (v.y != flag || v.w != flag) {
-      if ((++n & 127u) == 0 && spinExpired(s.c, t0, s.op, r, DPS_OS_WAIT_DATA)) {
+      if ((++n & 127u) == 0 && spinExpired(s.c, t0, s.op, r, DPS_PEER_WAIT_DATA)) {
         bad = 1;
         break;
       }
@@ -494,10 +494,10 @@ __global__ void __launch_bounds__(THREADS) stepKernel(const __grid_constant__ dp
 /* false when a wait gave up (the communicator failed). */
 __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row, u64 e,
                                           bool bad) {
-  __shared__ uint32_t s_rec[DPS_OS_MAX_RANKS * DPS_SAMPLE_MAX_WORDS];
-  __shared__ u64 s_lists[DPS_OS_MAX_RANKS * CAND];
+  __shared__ uint32_t s_rec[DPS_PEER_MAX_RANKS * DPS_SAMPLE_MAX_WORDS];
+  __shared__ u64 s_lists[DPS_PEER_MAX_RANKS * CAND];
   __shared__ u64 s_sel[CAND];
-  __shared__ u64 s_bins[DPS_OS_MAX_RANKS * BINS];
+  __shared__ u64 s_bins[DPS_PEER_MAX_RANKS * BINS];
   __shared__ Hdr s_hdr;
   __shared__ SState s_st;
   const int tp = a.tp;

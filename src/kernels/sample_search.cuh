@@ -23,7 +23,7 @@ struct SState {
   float lmax, T, top_p, smax;
   double lse;
   u64 seed, offset;
-  uint32_t quota[DPS_OS_MAX_RANKS];
+  uint32_t quota[DPS_PEER_MAX_RANKS];
 };
 static_assert(sizeof(SState) <= DPS_SAMPLE_STATE_BYTES, "state slot");
 
@@ -216,7 +216,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
         st.tkey = st.qall ? st.prefix : keyOfPrefix(st.prefix, shift);
         if (!st.qall) { /* the first `need` ties by global index: rank by rank */
           u64 left = st.need;
-          for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) {
+          for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) {
             const u64 c = r < tp ? rb[r * BINS + d] : 0ull;
             st.quota[r] = (uint32_t)(left < c ? left : c);
             left -= st.quota[r];
@@ -246,7 +246,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
   st.above = above;
   st.prefix |= (uint32_t)d << shift;
   if (above + h[d] <= st.P || shift <= st.zb) {
-    uint32_t q[DPS_OS_MAX_RANKS];
+    uint32_t q[DPS_PEER_MAX_RANKS];
     bool all = above + h[d] <= st.P;
     const uint32_t kone = keyOfPrefix(st.prefix, shift);
     if (!all) { /* one key value: ties of equal mass m, by global index */
@@ -255,7 +255,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
         all = true;
       } else {
         u64 left = (st.P - above + m - 1ull) / m;
-        for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) {
+        for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) {
           const u64 c = r < tp ? bin(r, d) / m : 0ull;
           q[r] = (uint32_t)(left < c ? left : c);
           left -= q[r];
@@ -269,7 +269,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
       st.tkey = all ? st.prefix : kone;
       st.qall = all;
       if (!all)
-        for (int r = 0; r < DPS_OS_MAX_RANKS; ++r) st.quota[r] = q[r];
+        for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) st.quota[r] = q[r];
     }
     st.mode = MODE_RACE;
     st.round = 0;

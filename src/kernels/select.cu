@@ -199,7 +199,7 @@ __device__ __forceinline__ void emitWords(const dpsRecSink& k, long long row,
   }
   const int lines = nwords / 2;
   for (int l = 0; l < lines; ++l) {
-    const size_t off = DPS_OS_LL_OFFSET(parity, k.c.rank, row * lines + l, k.c.tp, k.cap);
+    const size_t off = DPS_PEER_LL_OFFSET(parity, k.c.rank, row * lines + l, k.c.tp, k.cap);
     for (int r = 0; r < k.c.tp; ++r) stLine(k.stage_peer.p[r] + off, w[2 * l], w[2 * l + 1], flag);
   }
 }
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
       a.sink.plain[(row * k + j) * 2 + 1] = idx;
     } else {
       const dpsRecSink& sk = a.sink;
-      const size_t off = DPS_OS_LL_OFFSET((int)(e & 1), sk.c.rank, row * k + j, sk.c.tp, sk.cap);
+      const size_t off = DPS_PEER_LL_OFFSET((int)(e & 1), sk.c.rank, row * k + j, sk.c.tp, sk.cap);
       const uint32_t flag = llFlag(e);
       for (int r = 0; r < sk.c.tp; ++r) stLine(sk.stage_peer.p[r] + off, __float_as_uint(v), idx, flag);
     }
@@ -366,11 +366,11 @@ __device__ __forceinline__ bool fetchPair(const dpsSelMergeArgs& a, int src, lon
     *w1 = p[1];
     return true;
   }
-  const char* pl = s.stage + DPS_OS_LL_OFFSET(parity, src, line, s.c.tp, s.cap);
+  const char* pl = s.stage + DPS_PEER_LL_OFFSET(parity, src, line, s.c.tp, s.cap);
   unsigned n = 0;
   uint4 v = ldLine(pl);
   while (v.y != flag || v.w != flag) {
-    if ((++n & 127u) == 0 && spinExpired(s.c, t0, s.op, src, DPS_OS_WAIT_DATA)) return false;
+    if ((++n & 127u) == 0 && spinExpired(s.c, t0, s.op, src, DPS_PEER_WAIT_DATA)) return false;
     v = ldLine(pl);
   }
   *w0 = v.x;
@@ -406,7 +406,7 @@ __global__ void argmaxMergeKernel(dpsSelMergeArgs a) {
  * (binary search); places below k are written out. */
 constexpr int MERGE_WARPS = 4;
 __global__ void __launch_bounds__(MERGE_WARPS * 32) topkMergeKernel(dpsSelMergeArgs a) {
-  __shared__ u64 s_list[MERGE_WARPS][DPS_OS_MAX_RANKS * DPS_TOPK_MAX];
+  __shared__ u64 s_list[MERGE_WARPS][DPS_PEER_MAX_RANKS * DPS_TOPK_MAX];
   dpsPdlWait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * MERGE_WARPS + warp;

@@ -16,7 +16,7 @@
  * (kernels/records.h): the local pass writes it into the sink the backend
  * gives (plain [rows][words], which the nccl backend all-gathers, or LL lines
  * of two words into every rank's staging [parity][src][row * lines + l],
- * DPS_OS_LL_OFFSET, onesided), the merge reads every rank's from the source.
+ * DPS_PEER_LL_OFFSET, onesided), the merge reads every rank's from the source.
  * At tp == 1 the sink is DPS_REC_NONE: the local pass writes the outputs. */
 #ifndef DPS_SELECT_KERNELS_H_
 #define DPS_SELECT_KERNELS_H_

@@ -314,8 +314,8 @@ static int testOsLayout(void) {
                L.off_rec % 256 == 0 && L.off_fail < L.off_gout && L.off_gout < L.off_glp &&
                L.off_glp < L.off_rec,
            "offsets %zu %zu %zu %zu", L.off_fail, L.off_gout, L.off_glp, L.off_rec);
-  FX_CHECK(L.off_glp - L.off_gout >= 2u * 4 * (size_t)L.cap_out * DPS_OS_LL_LINE_BYTES &&
-               L.off_rec - L.off_glp >= 2u * 4 * (size_t)L.cap_lp * DPS_OS_LL_LINE_BYTES &&
+  FX_CHECK(L.off_glp - L.off_gout >= 2u * 4 * (size_t)L.cap_out * DPS_PEER_LL_LINE_BYTES &&
+               L.off_rec - L.off_glp >= 2u * 4 * (size_t)L.cap_lp * DPS_PEER_LL_LINE_BYTES &&
                L.bytes_a == L.off_rec + 2u * 4 * (size_t)L.cap_rec * 16u,
            "regions do not hold their staging");
   L.max_pad_bs = 1 << 30;

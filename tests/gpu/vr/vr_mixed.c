@@ -30,7 +30,7 @@
  *
  * What it catches that the one-operation scenarios cannot: every records
  * step of every operation shares one exchange (onesided: the `rec` staging,
- * two parities, one epoch counter DPS_OS_OP_RECORDS; nccl: the records
+ * two parities, one epoch counter DPS_PEER_OP_RECORDS; nccl: the records
  * buffers and the all-gather). A planted bug such as a records step whose
  * epoch is not advanced (the local pass not publishing its epoch in
  * finishEpoch, or osRecords handing the merge the previous step's epoch)
