@@ -163,6 +163,22 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
   return 1;
 }
 
+/* The first pass's block. A block spends a third of a row's time outside
+ * the row's pass (its bounds, reductions, the draw: docs/performance.md,
+ * session 19), with its SM otherwise idle when it is the SM's only block.
+ * So when the rows fill four small blocks on every SM, blocks of
+ * DPS_SAMPLE_SMALL_THREADS run four per SM and overlap those phases with
+ * the others' passes; but not when a row may take the exact path's passes
+ * on its block (top-p or min-p without top-k), which small blocks slow. */
+static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp,
+                        int may_minp) {
+  const int64_t small_slots =
+      DPS_SAMPLE_SMALL_BLOCKS_PER_SM * (int64_t)(comm->sms > 0 ? comm->sms : 1);
+  if (rows >= small_slots && (may_topk || !(may_topp || may_minp)))
+    return DPS_SAMPLE_SMALL_THREADS;
+  return DPS_SAMPLE_THREADS;
+}
+
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
                              int may_filter, cudaStream_t stream) {
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
@@ -242,7 +258,8 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   c->may_filter = c->may_topk || c->may_topp || may_minp;
   a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
   a->s = scratchOf(comm);
-  a->chunks = firstChunks(comm, rows, a->nvalid);
+  a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp);
+  a->chunks = a->threads == DPS_SAMPLE_THREADS ? firstChunks(comm, rows, a->nvalid) : 1;
   c->vocab_limit = vocab_limit;
 }
 

@@ -412,9 +412,9 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
  * ranks sharing a GPU must all stay resident), one block at a time. */
 #define FOR_ITEMS(i, n) for (long long i = blockIdx.x; i < (n); i += gridDim.x)
 
-/* one block of 512 threads per SM, 128 registers a thread: the race's
- * noise and its vectors in flight (at 64 registers the race's loop spilled
- * about 1 KB a thread) */
+/* one block of 512 threads per SM, or four of 128 (a->threads), 128
+ * registers a thread: the race's noise and its vectors in flight (at 64
+ * registers the race's loop spilled about 1 KB a thread) */
 template <typename X>
 __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
@@ -600,7 +600,7 @@ static bool hasXform(const dpsSampleArgs* a) { return a->xf.mask != NULL || a->x
 extern "C" cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream) {
   if (a->step == DPS_SAMPLE_STEP_FIRST)
     return dpsLaunch(hasXform(a) ? firstKernel<LogitXform> : firstKernel<NoXform>,
-                     dim3(capped(a->rows * a->chunks, a->sink.max_blocks)), dim3(THREADS), stream,
+                     dim3(capped(a->rows * a->chunks, a->sink.max_blocks)), dim3(a->threads), stream,
                      a->pdl, *a);
   return dpsLaunch(hasXform(a) ? stepKernel<LogitXform> : stepKernel<NoXform>,
                    dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream, a->pdl, *a);

@@ -50,9 +50,15 @@ extern "C" {
 /* Rows x chunks of the first pass that may split a row (partial records). */
 #define DPS_SAMPLE_MAX_PARTIALS 2048
 #define DPS_SAMPLE_MAX_CHUNKS 8
-/* Blocks of the first pass resident per SM (its launch bounds; the host
- * splits rows into chunks to fill the SMs once). */
+/* Threads of a block of every dpsSample kernel but the merge's, and the
+ * blocks of the first pass resident per SM (its launch bounds, 128 registers
+ * a thread; the host splits rows into chunks to fill the SMs once). The
+ * first pass may also run blocks of DPS_SAMPLE_SMALL_THREADS, four per SM
+ * under the same bounds (dpsSampleArgs.threads; core/sample.c says when). */
+#define DPS_SAMPLE_THREADS 512
 #define DPS_SAMPLE_FIRST_BLOCKS_PER_SM 1
+#define DPS_SAMPLE_SMALL_THREADS 128
+#define DPS_SAMPLE_SMALL_BLOCKS_PER_SM 4
 /* The largest V: fixed-point sums of 2^40-scaled terms stay below 2^63. */
 #define DPS_SAMPLE_VOCAB_MAX (1ll << 23)
 
@@ -124,6 +130,7 @@ typedef struct {
   int tp, rank;
   int cand;           /* DPS_SAMPLE_CAND, or 0 when no row can filter */
   int chunks;         /* blocks per row of the first pass (1..DPS_SAMPLE_MAX_CHUNKS) */
+  int threads;        /* the first pass's block: DPS_SAMPLE_THREADS or _SMALL_THREADS */
   int want_logprob;
   int step;           /* DPS_SAMPLE_STEP_* (a row's round is in its state) */
   int words;          /* record words of this step */

@@ -23,7 +23,9 @@ using namespace dpsshard;
 
 namespace {
 
-constexpr int THREADS = TOPK_THREADS;
+constexpr int THREADS = DPS_SAMPLE_THREADS; /* the most; the shared arrays' size */
+static_assert(THREADS <= TOPK_THREADS && DPS_SAMPLE_SMALL_THREADS >= 2 * DPS_SAMPLE_CAND,
+              "topkRangeFromMax: its arrays, and 2k groups of threads for the candidates");
 constexpr int WARPS = THREADS / 32;
 constexpr int CAND = DPS_SAMPLE_CAND;
 constexpr int HDR = DPS_SAMPLE_HDR_WORDS;

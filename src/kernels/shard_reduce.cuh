@@ -422,12 +422,12 @@ struct RadixVisit {
   }
 };
 
-/* Groups of threads whose maxima bound the k-th largest value: a power of
- * two >= 2k (about 1.4 k elements pass the bound for real logits), at least
- * a warp's worth. */
+/* Groups of the block's threads whose maxima bound the k-th largest value:
+ * a power of two >= 2k (about 1.4 k elements pass the bound for real
+ * logits), at least a warp's worth. */
 __device__ __forceinline__ int topkGroups(int k) {
   int g = 32;
-  while (g < 2 * k && g < TOPK_THREADS) g <<= 1;
+  while (g < 2 * k && g < (int)blockDim.x) g <<= 1;
   return g;
 }
 
@@ -449,7 +449,7 @@ __device__ __forceinline__ void topkRange(int k, int dtype, long long col0, cons
  * ignored) of the elements this thread visits in a forEachElem over
  * [from, to), any unroll (the threads' element sets only need to be
  * disjoint; another pass may compute it alongside its own work); xf: what
- * that pass saw. */
+ * that pass saw. Blocks of up to TOPK_THREADS threads, a power of two. */
 template <typename X>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
                                         long long from, long long to, float thread_max, u64* sel,
@@ -462,7 +462,7 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
    * of them: the one with fewer than k maxima above it and at least k at or
    * above it (every candidate writes the same value) */
   MaxVisit mx{thread_max};
-  const int groups = topkGroups(k), gsize = TOPK_THREADS / groups;
+  const int groups = topkGroups(k), gsize = (int)blockDim.x / groups;
   for (int o = gsize >> 1; o > 0; o >>= 1) mx.m = fmaxf(mx.m, __shfl_xor_sync(0xffffffffu, mx.m, o));
   if (threadIdx.x % gsize == 0) s_max[threadIdx.x / gsize] = mx.m;
   if (threadIdx.x == 0) s_count = 0;
@@ -547,7 +547,7 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
    * counting (packed pairs are distinct) when few, else a bitonic sort */
   for (int j = threadIdx.x; j < k; j += blockDim.x) sel[j] = packKI(KEY_NONE, NO_INDEX);
   __syncthreads();
-  if (count <= TOPK_THREADS) {
+  if (count <= (int)blockDim.x) {
     /* a candidate's rank = the candidates above it: p consecutive threads
      * (a power of two, at most a warp) per candidate, each comparing with
      * every p-th, then summed by shuffles; count^2 comparisons spread over
