@@ -111,6 +111,10 @@ PyObject* m_current_stream(PyObject* mod, PyObject* dev) {
   (void)mod;
   const long d = PyLong_AsLong(dev);
   if (d == -1 && PyErr_Occurred()) return NULL;
+  if (d < 0 || d > INT_MAX) {
+    PyErr_Format(PyExc_ValueError, "_current_stream: device=%ld is not a CUDA device index", d);
+    return NULL;
+  }
   void* s = NULL;
   if (torch_load() != 0 || current_stream((int)d, &s) != 0) return NULL;
   return PyLong_FromVoidPtr(s);

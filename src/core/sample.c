@@ -166,15 +166,17 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
 /* The first pass's block. A block spends a third of a row's time outside
  * the row's pass (its bounds, reductions, the draw: docs/performance.md,
  * session 19), with its SM otherwise idle when it is the SM's only block.
- * So when the rows fill four small blocks on every SM, blocks of
- * DPS_SAMPLE_SMALL_THREADS run four per SM and overlap those phases with
+ * So at tp == 1, when the rows fill four small blocks on every SM, blocks
+ * of DPS_SAMPLE_SMALL_THREADS run four per SM and overlap those phases with
  * the others' passes; but not when a row may take the exact path's passes
- * on its block (top-p or min-p without top-k), which small blocks slow. */
+ * on its block (top-p or min-p without top-k), which small blocks slow. Not
+ * at tp > 1: the onesided grid is capped at a block per SM there (ranks
+ * sharing a GPU stay resident), and neither backend was measured so. */
 static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp,
                         int may_minp) {
   const int64_t small_slots =
       DPS_SAMPLE_SMALL_BLOCKS_PER_SM * (int64_t)(comm->sms > 0 ? comm->sms : 1);
-  if (rows >= small_slots && (may_topk || !(may_topp || may_minp)))
+  if (comm->config.tp_size == 1 && rows >= small_slots && (may_topk || !(may_topp || may_minp)))
     return DPS_SAMPLE_SMALL_THREADS;
   return DPS_SAMPLE_THREADS;
 }

@@ -50,11 +50,12 @@ extern "C" {
 /* Rows x chunks of the first pass that may split a row (partial records). */
 #define DPS_SAMPLE_MAX_PARTIALS 2048
 #define DPS_SAMPLE_MAX_CHUNKS 8
-/* Threads of a block of every dpsSample kernel but the merge's, and the
- * blocks of the first pass resident per SM (its launch bounds, 128 registers
- * a thread; the host splits rows into chunks to fill the SMs once). The
- * first pass may also run blocks of DPS_SAMPLE_SMALL_THREADS, four per SM
- * under the same bounds (dpsSampleArgs.threads; core/sample.c says when). */
+/* Threads of a block of the first pass and the search steps (the most: the
+ * shared arrays' size), and the blocks of the first pass resident per SM
+ * (its launch bounds, 128 registers a thread; the host splits rows into
+ * chunks to fill the SMs once). The first pass may also run blocks of
+ * DPS_SAMPLE_SMALL_THREADS, four per SM under the same bounds
+ * (dpsSampleArgs.threads; core/sample.c, firstThreads, says when). */
 #define DPS_SAMPLE_THREADS 512
 #define DPS_SAMPLE_FIRST_BLOCKS_PER_SM 1
 #define DPS_SAMPLE_SMALL_THREADS 128

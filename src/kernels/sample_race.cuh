@@ -313,8 +313,8 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     f.race.seedBound(rowp, dtype, col0, from, to, xf);
   }
   /* eight vectors in flight per thread, four where the race's noise needs
-   * the registers (one block per SM: 64 KB or 32 KB in flight; any traversal
-   * gives topkRangeFromMax disjoint per-thread maxima) */
+   * the registers (512 threads per SM: 64 KB or 32 KB in flight; any
+   * traversal gives topkRangeFromMax disjoint per-thread maxima) */
   forEachElemWarpX<RACE ? 4 : 8>(rowp, dtype, from, to, xf, f);
   if (RACE) {
     f.race.finish();

@@ -424,7 +424,8 @@ struct RadixVisit {
 
 /* Groups of the block's threads whose maxima bound the k-th largest value:
  * a power of two >= 2k (about 1.4 k elements pass the bound for real
- * logits), at least a warp's worth. */
+ * logits), at least a warp's worth, at most a thread each (blocks of at
+ * least 2k threads: then >= k groups, as the bound needs). */
 __device__ __forceinline__ int topkGroups(int k) {
   int g = 32;
   while (g < 2 * k && g < (int)blockDim.x) g <<= 1;
@@ -449,7 +450,7 @@ __device__ __forceinline__ void topkRange(int k, int dtype, long long col0, cons
  * ignored) of the elements this thread visits in a forEachElem over
  * [from, to), any unroll (the threads' element sets only need to be
  * disjoint; another pass may compute it alongside its own work); xf: what
- * that pass saw. Blocks of up to TOPK_THREADS threads, a power of two. */
+ * that pass saw. Blocks of 2k to TOPK_THREADS threads, a power of two. */
 template <typename X>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
                                         long long from, long long to, float thread_max, u64* sel,
