@@ -171,12 +171,11 @@ PyObject* m_current_stream(PyObject* mod, PyObject* dev);
 /* The table row of t.dtype: -1 for a dtype not in the table, -2 (TypeError
  * set, naming `name`) when t is not a tensor (dtype.c). */
 int tensor_dt(PyObject* t, const char* name);
-/* 0 when t is a tensor of dtype `want`, else -1 with TypeError naming
- * `name`, the dtype wanted and the one given. */
-int expect_dt(PyObject* t, const char* name, Dt want);
-/* The row of a logits tensor's dtype (fp32, bf16, fp16), or -1 with
- * TypeError naming `name`. */
-int logits_dt(PyObject* t, const char* name);
+/* -1 with a TypeError naming `name`, the dtype wanted and t's (tensor_arg
+ * returned TARG_DTYPE). */
+int dtype_error(PyObject* t, const char* name, Dt want);
+/* -1 with a TypeError naming `name`, t's dtype and the logits dtypes. */
+int logits_dtype_error(PyObject* t, const char* name);
 /* Dtype, device, layout and pointer of a tensor argument, checked in that
  * order. dts: the rows its dtype may take (DT_BIT()s ORed; 0: any, not
  * read); want_ndim < 0: any rank (shape not recorded); want_nbytes: also its
@@ -186,7 +185,7 @@ int logits_dt(PyObject* t, const char* name);
 enum { TARG_DTYPE = -2 };
 int tensor_arg(PyObject* t, const char* name, int device, unsigned dts, int want_ndim,
                int want_nbytes, TArg* a);
-/* tensor_arg of dtype `want` exactly, with expect_dt's message otherwise. */
+/* tensor_arg of dtype `want` exactly, with dtype_error's message otherwise. */
 int typed_arg(PyObject* t, const char* name, int device, Dt want, int want_ndim, int want_nbytes,
               TArg* a);
 /* Logits dtype of a Python object: None -> unset, a torch dtype (fp32, bf16,

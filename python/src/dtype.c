@@ -99,23 +99,16 @@ int tensor_dt(PyObject* t, const char* name) {
   return i;
 }
 
-int expect_dt(PyObject* t, const char* name, Dt want) {
-  const int dt = tensor_dt(t, name);
-  if (dt == (int)want) return 0;
-  if (dt != -2) {
-    PyObject* got = PyObject_GetAttr(t, s_dtype);
-    if (got != NULL)
-      PyErr_Format(PyExc_TypeError, "%s must be torch.%s, got %R", name,
-                   g_dtypes[want].torch_name, got);
-    Py_XDECREF(got);
-  }
+int dtype_error(PyObject* t, const char* name, Dt want) {
+  PyObject* got = PyObject_GetAttr(t, s_dtype);
+  if (got != NULL)
+    PyErr_Format(PyExc_TypeError, "%s must be torch.%s, got %R", name, g_dtypes[want].torch_name,
+                 got);
+  Py_XDECREF(got);
   return -1;
 }
 
-int logits_dt(PyObject* t, const char* name) {
-  const int dt = tensor_dt(t, name);
-  if (dt == -2) return -1;
-  if (dt >= 0 && g_dtypes[dt].code != dpsDtypeUnset) return dt;
+int logits_dtype_error(PyObject* t, const char* name) {
   PyObject* got = PyObject_GetAttr(t, s_dtype);
   PyObject* types = got != NULL ? logits_dtype_list(0) : NULL;
   if (types != NULL)

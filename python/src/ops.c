@@ -10,11 +10,7 @@
 
 int logits_arg(CommObject* self, PyObject* x, int* dt, TArg* a) {
   const int r = tensor_arg(x, "local_logits", self->device, DT_LOGITS, 2, 0, a);
-  if (r == TARG_DTYPE) {
-    if (logits_dt(x, "local_logits") >= 0) /* the two reads of the dtype disagree */
-      PyErr_SetString(PyExc_TypeError, "local_logits: unsupported dtype");
-    return -1;
-  }
+  if (r == TARG_DTYPE) return logits_dtype_error(x, "local_logits");
   *dt = a->dt;
   return r;
 }

@@ -251,10 +251,7 @@ int tensor_arg(PyObject* t, const char* name, int device, unsigned dts, int want
 int typed_arg(PyObject* t, const char* name, int device, Dt want, int want_ndim, int want_nbytes,
               TArg* a) {
   const int r = tensor_arg(t, name, device, DT_BIT(want), want_ndim, want_nbytes, a);
-  if (r != TARG_DTYPE) return r;
-  if (expect_dt(t, name, want) == 0) /* the two reads of the dtype disagree */
-    PyErr_Format(PyExc_TypeError, "%s must be torch.%s", name, g_dtypes[want].torch_name);
-  return -1;
+  return r == TARG_DTYPE ? dtype_error(t, name, want) : r;
 }
 
 long inferred_pad_bs(int64_t rows, int tp) {

@@ -261,7 +261,7 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
   a->s = scratchOf(comm);
   a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp);
-  a->chunks = a->threads == DPS_SAMPLE_THREADS ? firstChunks(comm, rows, a->nvalid) : 1;
+  a->chunks = firstChunks(comm, rows, a->nvalid); /* 1 whenever the blocks are small */
   c->vocab_limit = vocab_limit;
 }
 
