@@ -153,11 +153,15 @@ static dpsResult_t stepMerge(const dpsRecOp* op, const dpsRecSource* src, cudaSt
   return launched(dpsLaunchSampleMerge(&a, stream), "merge", a.rows);
 }
 
+/* Blocks of the first pass resident at once, per_sm on every SM. */
+static int64_t residentBlocks(dpsComm_t comm, int per_sm) {
+  return per_sm * (int64_t)(comm->sms > 0 ? comm->sms : 1);
+}
+
 /* Blocks per row of the first pass: more when few rows leave SMs idle, each
  * block at least 4096 columns, the partial records within the scratch. */
 static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
-  const int64_t slots =
-      DPS_SAMPLE_FIRST_BLOCKS_PER_SM * (int64_t)(comm->sms > 0 ? comm->sms : 1);
+  const int64_t slots = residentBlocks(comm, DPS_SAMPLE_FIRST_BLOCKS_PER_SM);
   for (int c = DPS_SAMPLE_MAX_CHUNKS; c > 1; --c)
     if (rows * c <= slots && rows * c <= DPS_SAMPLE_MAX_PARTIALS && nvalid / c >= 4096) return c;
   return 1;
@@ -174,8 +178,7 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
  * sharing a GPU stay resident), and neither backend was measured so. */
 static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp,
                         int may_minp) {
-  const int64_t small_slots =
-      DPS_SAMPLE_SMALL_BLOCKS_PER_SM * (int64_t)(comm->sms > 0 ? comm->sms : 1);
+  const int64_t small_slots = residentBlocks(comm, DPS_SAMPLE_SMALL_BLOCKS_PER_SM);
   if (comm->config.tp_size == 1 && rows >= small_slots && (may_topk || !(may_topp || may_minp)))
     return DPS_SAMPLE_SMALL_THREADS;
   return DPS_SAMPLE_THREADS;
