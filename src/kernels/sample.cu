@@ -339,15 +339,19 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   long long from, to;
   chunkRange(a.nvalid, a.chunks, chunk, &from, &to);
   float tmax;
-  /* race (no top-k, no top-p) and zs (top-p) never meet */
-  const int sel = (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0);
+  /* race (no top-k, no top-p) and zs (top-p) never meet; a race row with
+   * temperature alone (no min-p, no logprob) and a bound that prunes takes
+   * the lean pass (FirstVisit) */
+  const bool lean = race && !minp_on && !a.want_logprob && Race::prunes(q.T);
+  const int sel = lean ? 8 : (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0);
   switch (sel) {
-    case 0: firstVisit<false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 1: firstVisit<false, false, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 2: firstVisit<false, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 3: firstVisit<false, true, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 4: firstVisit<true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    default: firstVisit<true, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 0: firstVisit<false, false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 1: firstVisit<false, false, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 2: firstVisit<false, true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 3: firstVisit<false, true, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 4: firstVisit<true, false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 8: firstVisit<true, false, false, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    default: firstVisit<true, true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
   }
   if (cand) {
     topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, xf);

@@ -96,6 +96,19 @@ __device__ __forceinline__ bool raceMayReach(float x, uint32_t h, float A, float
   return x > -INFINITY && !(hf >= t);
 }
 
+/* 65535 - h exactly, h the 16-bit half HI of w: a byte permutation puts h
+ * under 2^23's exponent (0x4B00hhhh = 2^23 + h), and 2^23 + 65535 - that is
+ * exact. k holds 0x4B000000 in a register (prmt takes one immediate: the
+ * selector; with the constant as the immediate, nvcc reloads the selector
+ * into a register at every use). */
+template <bool HI>
+__device__ __forceinline__ float raceHalfGap(uint32_t w, uint32_t k) {
+  uint32_t b;
+  if (HI) asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(b) : "r"(w), "r"(k));
+  else asm("prmt.b32 %0, %1, %2, 0x7610;" : "=r"(b) : "r"(w), "r"(k));
+  return 8454143.f - __uint_as_float(b);
+}
+
 /* The pass mask of C values at gi0.. that do not lie in one aligned group
  * (heads, tails, unaligned vectors): out of line, so that the hot loop
  * holds one Philox call per vector. */
@@ -123,15 +136,23 @@ struct Race {
   float T;
   float A, B; /* index may pass: 65535 - h < ex2(l * A + B); A = log2(e) / T */
   bool prune;
+  uint32_t expo; /* 0x4B000000: raceHalfGap's constant */
   u64 seed, offset;
   RaceBest best; /* the same on every lane of the warp */
   int n;         /* queued in this warp's queue */
+
+  /* Whether the bound prunes at temperature t (else every index passes). */
+  __device__ __forceinline__ static bool prunes(float t) {
+    const float a = __fmul_rn(__frcp_rn(t), LOG2E);
+    return a > 0.f && a < INFINITY;
+  }
 
   /* Every thread of the block calls (a barrier: the block's best is reset). */
   __device__ __forceinline__ void init(float t, u64 sd, u64 off) {
     T = t;
     A = __fmul_rn(__frcp_rn(t), LOG2E);
-    prune = A > 0.f && A < INFINITY;
+    prune = prunes(t);
+    expo = 0x4B000000u;
     seed = sd;
     offset = off;
     best = RaceBest{-INFINITY, NO_INDEX, -INFINITY};
@@ -204,6 +225,44 @@ struct Race {
     }
   }
 
+  /* visit() where the bound prunes (prunes(T)): an aligned group is tested
+   * as one "may any index pass?", 65535 - h < ex2(x A + B) per index and
+   * no test of x (with A > 0 finite, x = -inf or NaN gives ex2 = 0 or NaN,
+   * so the index fails; x = +inf gives +inf, so it passes); the mask of the
+   * passing indices is built only when some lane's group has one (one
+   * predicate chain per vector instead of a mask; the test is the same
+   * as raceMayReach's where the bound prunes). */
+  template <int C>
+  __device__ __forceinline__ void visitPruned(uint32_t gi0, const float (&v)[C]) {
+    if (!((C == 8 || C == 4) && (gi0 & (uint32_t)(C - 1)) == 0u)) {
+      visit<C>(gi0, v);
+      return;
+    }
+    uint32_t w[4];
+    highWords(gi0, w);
+    const bool upper = C == 4 && (gi0 & 4u) != 0u;
+    bool any0 = false, any1 = false; /* two chains: half the latency */
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
+      const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
+      const bool pass = gap < fastExp2Ftz(fmaf(v[t], A, B));
+      if (t & 2) any1 |= pass;
+      else any0 |= pass;
+    }
+    if (__any_sync(0xffffffffu, any0 || any1)) { /* rare: the mask, then the queue */
+      RaceVals<C> vals;
+      uint32_t m = 0u;
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
+        const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
+        m |= gap < fastExp2Ftz(fmaf(v[t], A, B)) ? 1u << t : 0u;
+        vals.v[t] = v[t];
+      }
+      *this = raceEnqueue<C>(*this, gi0, vals, m);
+    }
+  }
 
   __device__ __forceinline__ void flush() {
     best = raceFlush(raceQueues() + (threadIdx.x >> 5), n, T, seed, offset, best);
@@ -271,7 +330,11 @@ __device__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m) 
 }
 
 /* ---- the first pass -------------------------------------------------------------- */
-template <bool RACE, bool ZRAW, bool ZS>
+/* LEAN (a race row with temperature alone whose bound prunes): the race's
+ * group test (Race::visitPruned) and no count of the valid columns (the
+ * count then says only whether the thread saw one: such a row's draw needs
+ * no more). */
+template <bool RACE, bool ZRAW, bool ZS, bool LEAN>
 struct FirstVisit {
   long long col0;
   float T;
@@ -285,7 +348,7 @@ struct FirstVisit {
       /* selects, not branches: this runs for every element */
       const float x = v[t];
       const bool valid = x > -INFINITY; /* NaN, -inf: not candidates */
-      h.cnt += valid ? 1u : 0u;
+      if (!LEAN) h.cnt += valid ? 1u : 0u;
       const bool better = x > h.lmax; /* a thread's indices increase: ties keep the lower */
       h.aidx = better ? g0 + (uint32_t)t : h.aidx;
       h.lmax = better ? x : h.lmax;
@@ -296,15 +359,18 @@ struct FirstVisit {
         if (y16 > -INFINITY && y16 < INFINITY) zAdd(h.zs, y16);
       }
     }
-    if (RACE) race.visit<CN>(g0, v);
+    if (RACE) {
+      if (LEAN) race.visitPruned<CN>(g0, v);
+      else race.visit<CN>(g0, v);
+    }
   }
 };
 
-template <bool RACE, bool ZRAW, bool ZS, typename X>
+template <bool RACE, bool ZRAW, bool ZS, bool LEAN, typename X>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
                            long long to, const RowP& q, const X& xf, Hdr* out,
                            float* tmax) {
-  FirstVisit<RACE, ZRAW, ZS> f;
+  FirstVisit<RACE, ZRAW, ZS, LEAN> f;
   f.col0 = col0;
   f.T = q.T;
   hdrInit(f.h);
@@ -322,6 +388,7 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     f.h.ridx = f.race.best.i;
     f.h.rval = f.race.best.v;
   }
+  if (LEAN) f.h.cnt = f.h.aidx != NO_INDEX ? 1u : 0u;
   *tmax = f.h.lmax; /* the thread's maximum (NaN ignored): the top-k threshold's first pass */
   blockHdrReduce<ZRAW, ZS>(f.h, out);
 }
