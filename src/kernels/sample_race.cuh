@@ -109,6 +109,12 @@ __device__ __forceinline__ float raceHalfGap(uint32_t w, uint32_t k) {
   return 8454143.f - __uint_as_float(b);
 }
 
+/* The Philox word holding index t of an aligned group of C (8, or 4 for
+ * fp32 vectors: the group of 8's first or second half, `upper`). */
+__device__ __forceinline__ uint32_t raceGroupWord(const uint32_t (&w)[4], bool upper, int t) {
+  return upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
+}
+
 /* The pass mask of C values at gi0.. that do not lie in one aligned group
  * (heads, tails, unaligned vectors): out of line, so that the hot loop
  * holds one Philox call per vector. */
@@ -207,7 +213,7 @@ struct Race {
       const bool upper = C == 4 && (gi0 & 4u) != 0u;
 #pragma unroll
       for (int t = 0; t < C; ++t) {
-        const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
+        const uint32_t wt = raceGroupWord(w, upper, t);
         const uint32_t h = (t & 1) ? wt >> 16 : wt & 0xffffu;
         m |= raceMayReach(v[t], h, A, B) ? 1u << t : 0u;
       }
@@ -241,23 +247,24 @@ struct Race {
     uint32_t w[4];
     highWords(gi0, w);
     const bool upper = C == 4 && (gi0 & 4u) != 0u;
+    /* index t of the group may pass (t unrolled: its half is known) */
+    auto pass = [&](int t) {
+      const uint32_t wt = raceGroupWord(w, upper, t);
+      const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
+      return gap < fastExp2Ftz(fmaf(v[t], A, B));
+    };
     bool any0 = false, any1 = false; /* two chains: half the latency */
 #pragma unroll
     for (int t = 0; t < C; ++t) {
-      const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
-      const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
-      const bool pass = gap < fastExp2Ftz(fmaf(v[t], A, B));
-      if (t & 2) any1 |= pass;
-      else any0 |= pass;
+      if (t & 2) any1 |= pass(t);
+      else any0 |= pass(t);
     }
     if (__any_sync(0xffffffffu, any0 || any1)) { /* rare: the mask, then the queue */
       RaceVals<C> vals;
       uint32_t m = 0u;
 #pragma unroll
       for (int t = 0; t < C; ++t) {
-        const uint32_t wt = upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
-        const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
-        m |= gap < fastExp2Ftz(fmaf(v[t], A, B)) ? 1u << t : 0u;
+        m |= pass(t) ? 1u << t : 0u;
         vals.v[t] = v[t];
       }
       *this = raceEnqueue<C>(*this, gi0, vals, m);
