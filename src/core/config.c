@@ -226,6 +226,10 @@ dpsResult_t dpsReadEnv(dpsEnv* e) {
   DPS_CHECK(envRange("DPSAMPLING_SELECT_SPLIT", 1, DPS_ENV_SELECT_SPLIT_MAX, "is not in [1, 8]",
                      &v));
   e->select_split = (int)v;
+  static const char* const tiled[] = {"auto", "0", "1"}; /* DPS_TILED_* */
+  e->tiled_collect = DPS_TILED_AUTO;
+  DPS_CHECK(envChoice("DPSAMPLING_TILED_COLLECT", tiled, 3, 1, "is not auto, 0 or 1",
+                      &e->tiled_collect));
   return dpsSuccess;
 }
 

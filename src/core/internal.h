@@ -102,6 +102,7 @@ typedef struct {
   int os_gather_threads; /* DPSAMPLING_ONESIDED_GATHER_THREADS */
   int pdl;               /* DPSAMPLING_PDL */
   int select_split;      /* DPSAMPLING_SELECT_SPLIT */
+  int tiled_collect;     /* DPSAMPLING_TILED_COLLECT: DPS_TILED_AUTO, _NEVER, _ALWAYS */
 } dpsEnv;
 dpsResult_t dpsReadEnv(dpsEnv* env);
 

@@ -66,7 +66,7 @@ dpsResult_t dpsAllocShardState(dpsComm_t comm) {
   _Static_assert(DPS_SAMPLE_PSEARCH_WORDS <= DPS_REC_MAX_WORDS, "record capacity");
   if (comm->sample_mem != NULL) return dpsSuccess;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&comm->sms, cudaDevAttrMultiProcessorCount, comm->device));
-  dpsSelPlanInit(&comm->sel_waves, comm->env.select_split);
+  dpsSelPlanInit(&comm->sel_waves, comm->env.select_split, comm->env.tiled_collect);
   return dpsDeviceAlloc(comm, &comm->sample_mem, scratchLayout(comm).bytes, "dpsSample's scratch");
 }
 
@@ -184,6 +184,20 @@ static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp
   return DPS_SAMPLE_THREADS;
 }
 
+/* Whether the first pass's candidates are collected from the tiles that may
+ * reach their threshold (the blocks resident at once read more than L2
+ * keeps), or by a full re-read. */
+static int firstTiled(dpsComm_t comm, const dpsSampleArgs* a, dpsDataType_t dtype) {
+  const int64_t blocks = a->rows * a->chunks;
+  const int64_t resident = residentBlocks(comm, a->threads == DPS_SAMPLE_SMALL_THREADS
+                                                    ? DPS_SAMPLE_SMALL_BLOCKS_PER_SM
+                                                    : DPS_SAMPLE_FIRST_BLOCKS_PER_SM);
+  const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
+  return a->cand > 0 &&
+         dpsSelCollectTiled(&comm->sel_waves, blocks < resident ? blocks : resident,
+                            block_cols * (int64_t)dpsDataTypeSize(dtype));
+}
+
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
                              int may_filter, cudaStream_t stream) {
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
@@ -265,6 +279,7 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   a->s = scratchOf(comm);
   a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp);
   a->chunks = firstChunks(comm, rows, a->nvalid); /* 1 whenever the blocks are small */
+  a->tiled = firstTiled(comm, a, dtype);
   c->vocab_limit = vocab_limit;
 }
 

@@ -17,13 +17,15 @@ int dpsSelWords(int k) { return k > 0 ? DPS_TOPK_WORDS(k) : DPS_ARGMAX_WORDS; }
 
 _Static_assert(DPS_ENV_SELECT_SPLIT_MAX == DPS_SEL_MAX_CHUNKS, "DPSAMPLING_SELECT_SPLIT's range");
 
-void dpsSelPlanInit(dpsSelWaves* w, int split) {
+void dpsSelPlanInit(dpsSelWaves* w, int split, int tiled) {
   const cudaError_t e = dpsSelectWaves(w);
+  w->tiled = tiled;
   if (e != cudaSuccess) {
     /* the split is only a speed-up: without the table every row is one block */
     dpsLog(DPS_LOG_WARN, "argmax/topk: the occupancy query failed (%s); rows are not split",
            cudaGetErrorString(e));
     memset(w, 0, sizeof *w);
+    w->tiled = tiled;
     return;
   }
   for (int kind = 0; kind < 2; ++kind)
@@ -84,6 +86,16 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
   return o;
 }
 
+/* The full re-read of a top-k collection comes from HBM once the column
+ * ranges of the resident blocks exceed the L2; below that it comes from
+ * L2, where the full pass measured faster than the tile maxima's
+ * bookkeeping (one H200, 60 MiB of L2: 39 MB resident slower with tiles,
+ * 78 MB faster; docs/performance.md, "Session 22"). */
+int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_blocks, int64_t block_bytes) {
+  if (w->tiled != DPS_TILED_AUTO) return w->tiled == DPS_TILED_ALWAYS;
+  return (double)resident_blocks * (double)block_bytes > (double)w->l2_bytes;
+}
+
 void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
                      const dpsSelWaves* waves, int pdl, dpsSelLocalArgs* a) {
   memset(a, 0, sizeof *a);
@@ -100,6 +112,14 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
   a->chunks = topk ? selChunks(waves, 1, call->rows, a->nvalid, sms, 0, TOPK_MIN_CHUNK_COLS)
                    : selChunks(waves, 0, call->rows, a->nvalid, sms, sms, ARGMAX_MIN_CHUNK_COLS);
   a->early_release = topk || earlyRelease(waves, call->rows * a->chunks, sms);
+  if (topk) {
+    /* the blocks resident at once: the call's, or one wave */
+    const int64_t blocks = call->rows * a->chunks;
+    const int64_t wave = waveRows(waves, 1, a->chunks, sms) * a->chunks;
+    const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
+    a->tiled = dpsSelCollectTiled(waves, wave > 0 && wave < blocks ? wave : blocks,
+                                  block_cols * (int64_t)dpsDataTypeSize(call->dtype));
+  }
   a->sink.kind = DPS_REC_NONE;
   a->out = selOut(call);
   a->pdl = pdl;

@@ -21,7 +21,13 @@ int dpsSelWords(int k);
  * blocks per row (DPSAMPLING_SELECT_SPLIT, comm->env); once per
  * communicator, at creation. A failed occupancy query leaves every row one
  * block (with a warning), never an error. */
-void dpsSelPlanInit(dpsSelWaves* w, int split);
+void dpsSelPlanInit(dpsSelWaves* w, int split, int tiled);
+
+/* Whether a top-k collection (dpsTopK's, dpsSample's candidates) re-reads
+ * only the tiles that may reach its threshold: when resident_blocks blocks
+ * of block_bytes each exceed what the L2 of `w` keeps, or as
+ * DPSAMPLING_TILED_COLLECT (w->tiled) says. */
+int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_blocks, int64_t block_bytes);
 
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
  * DPS_REC_NONE (the outputs; dpsSelPlanStep sets the records sink at tp > 1).

@@ -341,20 +341,30 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   float tmax;
   /* race (no top-k, no top-p) and zs (top-p) never meet; a race row with
    * temperature alone (no min-p, no logprob) and a bound that prunes takes
-   * the lean pass (FirstVisit) */
+   * the lean pass (FirstVisit); the candidates of rows without the race come
+   * from the tile maxima where the call says so */
   const bool lean = race && !minp_on && !a.want_logprob && Race::prunes(q.T);
-  const int sel = lean ? 8 : (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0);
+  const bool tiled = cand && !race && a.tiled != 0;
+  const int sel =
+      lean ? 8 : (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0) | (tiled ? 16 : 0);
+#define DPS_FIRST_VISIT(R, ZR, ZS_, L, T) \
+  firstVisit<R, ZR, ZS_, L, T>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax)
   switch (sel) {
-    case 0: firstVisit<false, false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 1: firstVisit<false, false, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 2: firstVisit<false, true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 3: firstVisit<false, true, true, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 4: firstVisit<true, false, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    case 8: firstVisit<true, false, false, true>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
-    default: firstVisit<true, true, false, false>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax); break;
+    case 0: DPS_FIRST_VISIT(false, false, false, false, false); break;
+    case 1: DPS_FIRST_VISIT(false, false, true, false, false); break;
+    case 2: DPS_FIRST_VISIT(false, true, false, false, false); break;
+    case 3: DPS_FIRST_VISIT(false, true, true, false, false); break;
+    case 16: DPS_FIRST_VISIT(false, false, false, false, true); break;
+    case 17: DPS_FIRST_VISIT(false, false, true, false, true); break;
+    case 18: DPS_FIRST_VISIT(false, true, false, false, true); break;
+    case 19: DPS_FIRST_VISIT(false, true, true, false, true); break;
+    case 4: DPS_FIRST_VISIT(true, false, false, false, false); break;
+    case 8: DPS_FIRST_VISIT(true, false, false, true, false); break;
+    default: DPS_FIRST_VISIT(true, true, false, false, false); break;
   }
+#undef DPS_FIRST_VISIT
   if (cand) {
-    topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, xf);
+    topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, tiled, xf);
   } else {
     for (int j = threadIdx.x; j < CAND; j += blockDim.x) s_sel[j] = 0ull;
     __syncthreads();

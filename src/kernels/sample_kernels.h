@@ -132,6 +132,8 @@ typedef struct {
   int cand;           /* DPS_SAMPLE_CAND, or 0 when no row can filter */
   int chunks;         /* blocks per row of the first pass (1..DPS_SAMPLE_MAX_CHUNKS) */
   int threads;        /* the first pass's block: DPS_SAMPLE_THREADS or _SMALL_THREADS */
+  int tiled;          /* the candidates' collection re-reads only the tiles that may
+                         reach its threshold (dpsSelCollectTiled) */
   int want_logprob;
   int step;           /* DPS_SAMPLE_STEP_* (a row's round is in its state) */
   int words;          /* record words of this step */

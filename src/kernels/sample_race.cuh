@@ -340,15 +340,19 @@ __device__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m) 
 /* LEAN (a race row with temperature alone whose bound prunes): the race's
  * group test (Race::visitPruned) and no count of the valid columns (the
  * count then says only whether the thread saw one: such a row's draw needs
- * no more). */
-template <bool RACE, bool ZRAW, bool ZS, bool LEAN>
+ * no more). TILES: the tile maxima of a row whose candidates are collected
+ * from them (a template parameter: in the race's instances its state
+ * spilled the loop). */
+template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
 struct FirstVisit {
   long long col0;
   float T;
   Hdr h;
   Race race;
+  TileRec tiles;
   template <int CN>
   __device__ __forceinline__ void run(long long j0, const float (&v)[CN]) {
+    if (TILES) tiles.add<CN>(j0, v);
     const uint32_t g0 = (uint32_t)(col0 + j0);
 #pragma unroll
     for (int t = 0; t < CN; ++t) {
@@ -373,21 +377,21 @@ struct FirstVisit {
   }
 };
 
-template <bool RACE, bool ZRAW, bool ZS, bool LEAN, typename X>
+template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES, typename X>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
-                           long long to, const RowP& q, const X& xf, Hdr* out,
-                           float* tmax) {
-  FirstVisit<RACE, ZRAW, ZS, LEAN> f;
+                           long long to, const RowP& q, const X& xf, Hdr* out, float* tmax) {
+  FirstVisit<RACE, ZRAW, ZS, LEAN, TILES> f;
   f.col0 = col0;
   f.T = q.T;
+  if (TILES) f.tiles.init(rowp, dtype, from, to);
   hdrInit(f.h);
   if (RACE) {
     f.race.init(q.T, q.seed, q.offset);
     f.race.seedBound(rowp, dtype, col0, from, to, xf);
   }
   /* eight vectors in flight per thread, four where the race's noise needs
-   * the registers (512 threads per SM: 64 KB or 32 KB in flight; any
-   * traversal gives topkRangeFromMax disjoint per-thread maxima) */
+   * the registers (512 threads per SM: 64 KB or 32 KB in flight; a warp
+   * traversal, as the tile maxima need) */
   forEachElemWarpX<RACE ? 4 : 8>(rowp, dtype, from, to, xf, f);
   if (RACE) {
     f.race.finish();

@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   const char* rowp = (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
   long long from, to;
   chunkRange(e != 0 ? a.nvalid : 0, a.chunks, chunk, &from, &to);
-  topkRange(a.k, a.dtype, a.col0, rowp, from, to, s_sel);
+  topkRange(a.k, a.dtype, a.col0, rowp, from, to, s_sel, a.tiled != 0);
   if (a.early_release) dpsPdlRelease(); /* the dependent may be scheduled (it waits for us) */
 
   if (a.chunks > 1) {
@@ -520,6 +520,9 @@ extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  int l2 = 0;
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  w->l2_bytes = l2;
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel);
   /* the kernels' cluster code exists in sm_90+ device code only: the PTX
    * architecture counts (PTX for an older one, JIT-compiled here, reports

@@ -59,6 +59,8 @@ typedef struct {
   int chunks;       /* blocks per row (one cluster), 1..DPS_SEL_MAX_CHUNKS; > 1 only
                        where dpsSelectWaves() found clusters of that size launchable */
   int early_release;      /* PDL: let the dependent launch once the reads are done (else at exit) */
+  int tiled;              /* top-k: the collection re-reads only the tiles that may reach
+                             its threshold (dpsSelCollectTiled) */
   dpsRecSink sink;        /* the records (DPS_REC_NONE: the outputs) */
   dpsSelOut out;          /* DPS_REC_NONE */
   int pdl;
@@ -87,12 +89,20 @@ cudaError_t dpsPreloadSelectKernels(void);
  * with programmatic dependent launch. Every .cu file of the library is
  * compiled for the same architectures; no kernel runs. */
 cudaError_t dpsKernelsSupportPdl(int* yes);
+
+/* When a top-k collection reads only the tiles that may reach its threshold
+ * (DPSAMPLING_TILED_COLLECT). */
+enum { DPS_TILED_AUTO = 0, DPS_TILED_NEVER = 1, DPS_TILED_ALWAYS = 2 };
+
 /* One wave of a local pass on the current device: rows[kind][c] is how many
  * rows split over c blocks (a cluster of c when c > 1) are resident at once
  * (kind 0 argmax, 1 top-k; 0: c blocks per row cannot be launched, as without
- * clusters, i.e. before sm_90 or without sm_90+ device code). */
+ * clusters, i.e. before sm_90 or without sm_90+ device code); with the
+ * device's L2 and the choice of tiled collections (dpsSelCollectTiled). */
 typedef struct {
-  int sms; /* the device's SMs */
+  int sms;            /* the device's SMs */
+  long long l2_bytes; /* the device's L2 cache */
+  int tiled;          /* DPS_TILED_* */
   int rows[2][DPS_SEL_MAX_CHUNKS + 1];
 } dpsSelWaves;
 cudaError_t dpsSelectWaves(dpsSelWaves* w);

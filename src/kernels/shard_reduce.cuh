@@ -379,6 +379,126 @@ struct MaxVisit {
     for (int t = 0; t < C; ++t) m = fmaxf(m, v[t]);
   }
 };
+
+/* ---- tile maxima: the collection re-reads only what may hold a candidate ------- */
+/* A tile is 32 consecutive aligned vectors of a column range, the vectors one
+ * warp visits in one call of a warp traversal (forEachElemWarp: vector i of
+ * the range goes to lane i % 32 of one warp). The first pass records the
+ * high 16 bits of the order key of each tile's maximum, rounded up, in
+ * shared memory (TileRec: 4 KB; a tile's maximum key k >= a threshold's
+ * key t implies ceil(k / 2^16) >= floor(t / 2^16), so rounding may only
+ * add tiles); the top-k collection then reads only the tiles that may
+ * reach the threshold, the scalar head and tail always (tileCollect).
+ * Ranges of more than TILE_CAP tiles (512 K 16-bit or 256 K fp32 columns a
+ * block) are collected by a full pass. */
+constexpr int TILE_CAP = 2048;
+__device__ __forceinline__ uint16_t* tileKeys() {
+  __shared__ uint16_t k[TILE_CAP];
+  return k;
+}
+
+__device__ __forceinline__ long long alignHeadAny(const char* rowp, int dtype, long long from,
+                                                  long long to) {
+  return dtype == 0 ? alignHead<0>(rowp, from, to) : alignHead<1>(rowp, from, to);
+}
+
+/* Records the tile maxima of a warp traversal of [from, to) of row rowp. */
+struct TileRec {
+  long long vfrom; /* the first aligned column */
+  int lshift;      /* log2 of the columns of a vector */
+  __device__ __forceinline__ void init(const char* rowp, int dtype, long long from, long long to) {
+    vfrom = from + alignHeadAny(rowp, dtype, from, to);
+    lshift = dtype == 0 ? 2 : 3;
+  }
+  /* Every lane of the warp calls, with its vector (a lane past the end: -inf);
+   * the scalar head and tail (C == 1) are not in any tile. */
+  template <int C>
+  __device__ __forceinline__ void add(long long j0, const float (&v)[C]) {
+    if (C == 1) return;
+    float m = v[0];
+#pragma unroll
+    for (int t = 1; t < C; ++t) m = fmaxf(m, v[t]);
+    const uint32_t k = __reduce_max_sync(0xffffffffu, orderKey(m));
+    const uint32_t up = (k >> 16) + ((k & 0xffffu) != 0u ? 1u : 0u); /* ceil(k / 2^16) */
+    const long long tile = ((j0 - vfrom) >> lshift) >> 5; /* the same on every lane */
+    if ((threadIdx.x & 31) == 0 && tile < TILE_CAP)
+      tileKeys()[tile] = (uint16_t)(up < 0xffffu ? up : 0xffffu);
+  }
+};
+
+/* MaxVisit with the tile maxima (a warp traversal). */
+struct MaxTileVisit {
+  float m;
+  TileRec rec;
+  template <int C>
+  __device__ __forceinline__ void run(long long j0, const float (&v)[C]) {
+#pragma unroll
+    for (int t = 0; t < C; ++t) m = fmaxf(m, v[t]);
+    rec.add<C>(j0, v);
+  }
+};
+
+/* Visits (f.run) every column of [from, to) in a tile whose recorded
+ * maximum may reach the key tkey, and the scalar head and tail; false
+ * (nothing visited) when the range has more than TILE_CAP tiles. The tiles
+ * are spread over the block's warps, four in flight per lane. */
+template <int DT, typename F>
+__device__ __forceinline__ bool tileCollectT(const char* rowp, long long from, long long to,
+                                             uint32_t tkey, F& f) {
+  constexpr int esize = DT == 0 ? 4 : 2;
+  constexpr int per = 16 / esize;
+  const long long head = alignHead<DT>(rowp, from, to);
+  const long long vfrom = from + head;
+  const long long nvec = (to - vfrom) / per;
+  const long long tail = vfrom + nvec * per;
+  const long long ntiles = (nvec + 31) / 32;
+  if (ntiles > TILE_CAP) return false;
+  if ((long long)threadIdx.x < head) {
+    const float v[1] = {loadValue(rowp, from + threadIdx.x, DT)};
+    f.template run<1>(from + threadIdx.x, v);
+  }
+  if ((long long)threadIdx.x < to - tail) {
+    const float v[1] = {loadValue(rowp, tail + threadIdx.x, DT)};
+    f.template run<1>(tail + threadIdx.x, v);
+  }
+  const uint4* vp = reinterpret_cast<const uint4*>(rowp + vfrom * esize);
+  const uint16_t* keys = tileKeys();
+  const uint32_t thi = tkey >> 16;
+  const int nw = (int)(blockDim.x >> 5), lane = (int)(threadIdx.x & 31);
+  for (int r0 = (int)(threadIdx.x >> 5); r0 < (int)ntiles; r0 += 32 * nw) {
+    const int mine = r0 + lane * nw; /* this lane tests tile `mine` */
+    uint32_t bal = __ballot_sync(0xffffffffu, mine < (int)ntiles && keys[mine] >= thi);
+    while (bal != 0u) {
+      int m[4];
+      uint4 q[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        m[b] = bal != 0u ? r0 + (__ffs(bal) - 1) * nw : -1;
+        bal &= bal - 1u;
+        const long long i = (long long)m[b] * 32 + lane;
+        q[b] = m[b] >= 0 && i < nvec ? __ldg(vp + i) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const long long i = (long long)m[b] * 32 + lane;
+        if (m[b] < 0 || i >= nvec) continue;
+        float v[per];
+        decodeVec<DT>(q[b], v);
+        f.template run<per>(vfrom + i * per, v);
+      }
+    }
+  }
+  return true;
+}
+
+template <typename F>
+__device__ __forceinline__ bool tileCollect(const char* rowp, int dtype, long long from,
+                                            long long to, uint32_t tkey, F& f) {
+  if (dtype == 1) return tileCollectT<1>(rowp, from, to, tkey, f);
+  if (dtype == 2) return tileCollectT<2>(rowp, from, to, tkey, f);
+  return tileCollectT<0>(rowp, from, to, tkey, f);
+}
+
 /* Collects the elements whose key is >= key(t) (STRICT: > key(t)), NaN
  * counting as -inf, into cand: at most SEL_CAND of them (*count keeps
  * counting past that). */
@@ -435,26 +555,36 @@ __device__ __forceinline__ int topkGroups(int k) {
 template <typename X = NoXform>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
                                         long long from, long long to, float thread_max, u64* sel,
-                                        const X& xf = X());
+                                        bool tiled, const X& xf = X());
 
 /* The k best of columns [from, to) of the row into sel[0..k), best first,
- * fillers {KEY_NONE, NO_INDEX} after the last. Every thread calls it. */
+ * fillers {KEY_NONE, NO_INDEX} after the last; tiled: the collection reads
+ * only the tiles that may reach the threshold. Every thread calls it. */
 __device__ __forceinline__ void topkRange(int k, int dtype, long long col0, const char* rowp,
-                                          long long from, long long to, u64* sel) {
+                                          long long from, long long to, u64* sel, bool tiled) {
+  if (tiled) {
+    MaxTileVisit mx{-INFINITY, {}};
+    mx.rec.init(rowp, dtype, from, to);
+    forEachElemWarp<TOPK_UNROLL>(rowp, dtype, from, to, mx);
+    topkRangeFromMax(k, dtype, col0, rowp, from, to, mx.m, sel, true);
+    return;
+  }
   MaxVisit mx{-INFINITY};
   forEachElem<TOPK_UNROLL>(rowp, dtype, from, to, mx);
-  topkRangeFromMax(k, dtype, col0, rowp, from, to, mx.m, sel);
+  topkRangeFromMax(k, dtype, col0, rowp, from, to, mx.m, sel, false);
 }
 
 /* topkRange after its first pass: thread_max is the float maximum (NaN
  * ignored) of the elements this thread visits in a forEachElem over
  * [from, to), any unroll (the threads' element sets only need to be
- * disjoint; another pass may compute it alongside its own work); xf: what
- * that pass saw. Blocks of 2k to TOPK_THREADS threads, a power of two. */
+ * disjoint; another pass may compute it alongside its own work); tiled:
+ * that pass was a warp traversal that recorded the tile maxima (TileRec);
+ * xf: what that pass saw. Blocks of 2k to TOPK_THREADS threads, a power of
+ * two. */
 template <typename X>
 static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const char* rowp,
                                         long long from, long long to, float thread_max, u64* sel,
-                                        const X& xf) {
+                                        bool tiled, const X& xf) {
   __shared__ u64 s_cand[SEL_CAND];
   __shared__ float s_max[TOPK_THREADS];
   __shared__ int s_count;
@@ -483,9 +613,11 @@ static __device__ void topkRangeFromMax(int k, int dtype, long long col0, const 
   /* >= k elements are >= t (t = -inf: all of them, NaN included as -inf) */
   const float t = s_thresh;
 
-  /* 2. collect the elements >= t */
+  /* 2. collect the elements >= t: from the tiles that reach t, or all */
   CollectVisit<false> col{t, orderKey(t), col0, s_cand, &s_count};
-  forEachElemX<TOPK_UNROLL>(rowp, dtype, from, to, xf, col);
+  XformVisit<X, CollectVisit<false>> xcol{xf, col};
+  if (!(tiled && tileCollect(rowp, dtype, from, to, orderKey(t), xcol)))
+    forEachElemX<TOPK_UNROLL>(rowp, dtype, from, to, xf, col);
   __syncthreads();
   int count = s_count;
   __syncthreads();

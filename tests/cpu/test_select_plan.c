@@ -2,7 +2,9 @@
  * on a fixed wave table, no GPU: the shard's columns and vocab limit, how
  * many blocks a row is split over (the most within one wave, about one block
  * per SM for argmax, chunks of at least 16K columns for top-k, none without
- * clusters), and where the argmax pass lets its PDL dependent launch. */
+ * clusters), where the argmax pass lets its PDL dependent launch, and when a
+ * top-k collection reads only the tiles that may reach its threshold (the
+ * resident blocks' columns beyond the L2). */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,7 @@ static dpsSelWaves h200(void) {
   dpsSelWaves w;
   memset(&w, 0, sizeof w);
   w.sms = 132;
+  w.l2_bytes = 60ll << 20;
   const int am[9] = {0, 528, 264, 163, 124, 94, 79, 69, 62};
   const int tk[9] = {0, 264, 132, 79, 62, 47, 39, 32, 30};
   memcpy(w.rows[0], am, sizeof am);
@@ -47,6 +50,24 @@ static void expect(const char* what, const dpsSelWaves* w, int k, int64_t rows, 
             "col0 %lld nvalid %lld (want %lld), k %d\n",
             what, (long long)rows, (long long)cols, (long long)limit, sms, a.chunks, want_chunks,
             a.early_release, want_early, a.col0, a.nvalid, nvalid_want, a.k);
+    ++g_fails;
+  }
+}
+
+/* Plans a top-k call of bf16 rows and checks whether its collection is tiled. */
+static void expectTiled(const char* what, const dpsSelWaves* w, int64_t rows, int64_t cols,
+                        int want) {
+  dpsSelectCall call;
+  memset(&call, 0, sizeof call);
+  call.k = 64;
+  call.rows = rows;
+  call.dtype = dpsBfloat16;
+  call.vocab_limit = cols;
+  dpsSelLocalArgs a;
+  dpsSelPlanLocal(&call, 0, cols, w->sms, w, 1, &a);
+  if (a.tiled != want) {
+    fprintf(stderr, "%s: rows=%lld cols=%lld chunks %d: tiled %d (want %d)\n", what,
+            (long long)rows, (long long)cols, a.chunks, a.tiled, want);
     ++g_fails;
   }
 }
@@ -89,7 +110,23 @@ int main(void) {
   for (int kind = 0; kind < 2; ++kind)
     for (int c = 5; c <= DPS_SEL_MAX_CHUNKS; ++c) cap4.rows[kind][c] = 0;
   expect("argmax capped at 4", &cap4, 0, 8, 0, 64640, 64640, 132, 4, 1);
+  /* tiles, against a 60 MiB L2 (62.9 MB): 64 x 76032 bf16 is 9.7 MB (3
+   * chunks, all resident); 128 x 152064 two chunks a row, 38.9 MB; 256 x
+   * 152064 one wave of 264 blocks, 77.9 MB; 1024 x 152064 keeps 264 blocks
+   * of 304 KB resident (80.3 MB) */
+  expectTiled("top-k 64 x 76032", &w, 64, 76032, 0);
+  expectTiled("top-k 128 x 152064", &w, 128, 152064, 0);
+  expectTiled("top-k 256 x 152064", &w, 256, 152064, 1);
+  expectTiled("top-k 1024 x 152064", &w, 1024, 152064, 1);
+  dpsSelWaves big = w;
+  big.l2_bytes = 1ll << 30; /* an L2 that keeps them all */
+  expectTiled("top-k 1024 x 152064, 1 GiB L2", &big, 1024, 152064, 0);
+  dpsSelWaves never = w, always = w; /* DPSAMPLING_TILED_COLLECT=0, =1 */
+  never.tiled = DPS_TILED_NEVER;
+  always.tiled = DPS_TILED_ALWAYS;
+  expectTiled("top-k 1024 x 152064, tiles off", &never, 1024, 152064, 0);
+  expectTiled("top-k 64 x 76032, tiles on", &always, 64, 76032, 1);
   if (g_fails) return 1;
-  printf("test_select_plan: row splits and PDL release as planned\n");
+  printf("test_select_plan: row splits, PDL release and tiled collections as planned\n");
   return 0;
 }
