@@ -90,10 +90,12 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
  * ranges of the resident blocks exceed the L2; below that it comes from
  * L2, where the full pass measured faster than the tile maxima's
  * bookkeeping (one H200, 60 MiB of L2: 39 MB resident slower with tiles,
- * 78 MB faster; docs/performance.md, "Session 22"). */
+ * 78 MB faster; docs/performance.md, "Session 22"). An unknown L2 (0: the
+ * query failed) tiles nothing. */
 int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_blocks, int64_t block_bytes) {
   if (w->tiled != DPS_TILED_AUTO) return w->tiled == DPS_TILED_ALWAYS;
-  return (double)resident_blocks * (double)block_bytes > (double)w->l2_bytes;
+  return w->l2_bytes > 0 &&
+         (double)resident_blocks * (double)block_bytes > (double)w->l2_bytes;
 }
 
 void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,

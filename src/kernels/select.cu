@@ -520,8 +520,13 @@ extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  /* the L2 decides only the tiled collections: unknown (0) means none, not
+   * a failed table */
   int l2 = 0;
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  if (e == cudaSuccess && cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+    l2 = 0;
+    dpsForgetOwnError(before);
+  }
   w->l2_bytes = l2;
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel);
   /* the kernels' cluster code exists in sm_90+ device code only: the PTX

@@ -126,6 +126,11 @@ int main(void) {
   always.tiled = DPS_TILED_ALWAYS;
   expectTiled("top-k 1024 x 152064, tiles off", &never, 1024, 152064, 0);
   expectTiled("top-k 64 x 76032, tiles on", &always, 64, 76032, 1);
+  dpsSelWaves unknown = w; /* the L2 query failed */
+  unknown.l2_bytes = 0;
+  expectTiled("top-k 1024 x 152064, L2 unknown", &unknown, 1024, 152064, 0);
+  unknown.tiled = DPS_TILED_ALWAYS;
+  expectTiled("top-k 1024 x 152064, L2 unknown, tiles on", &unknown, 1024, 152064, 1);
   if (g_fails) return 1;
   printf("test_select_plan: row splits, PDL release and tiled collections as planned\n");
   return 0;
