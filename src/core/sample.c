@@ -185,8 +185,11 @@ static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp
 }
 
 /* Whether the first pass's candidates are collected from the tiles that may
- * reach their threshold (the blocks resident at once read more than L2
- * keeps), or by a full re-read. */
+ * reach their threshold, or by a full re-read: past half the L2 (the
+ * sampling pass holds its rows longer than dpsTopK's; one H200, 60 MiB:
+ * top-k + top-p with tiles 32.7 -> 32.0 us at 128 x 152064 and 71.2 -> 64.0
+ * at 256 rows, 39 and 40 MB resident; docs/performance.md, session 22, run
+ * B). */
 static int firstTiled(dpsComm_t comm, const dpsSampleArgs* a, dpsDataType_t dtype) {
   const int64_t blocks = a->rows * a->chunks;
   const int64_t resident = residentBlocks(comm, a->threads == DPS_SAMPLE_SMALL_THREADS
@@ -194,8 +197,10 @@ static int firstTiled(dpsComm_t comm, const dpsSampleArgs* a, dpsDataType_t dtyp
                                                     : DPS_SAMPLE_FIRST_BLOCKS_PER_SM);
   const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
   return a->cand > 0 &&
-         dpsSelCollectTiled(&comm->sel_waves, blocks < resident ? blocks : resident,
-                            block_cols * (int64_t)dpsDataTypeSize(dtype));
+         dpsSelCollectTiled(&comm->sel_waves,
+                            (blocks < resident ? blocks : resident) * block_cols *
+                                (int64_t)dpsDataTypeSize(dtype),
+                            0.5);
 }
 
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,

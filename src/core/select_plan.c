@@ -87,15 +87,12 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
 }
 
 /* The full re-read of a top-k collection comes from HBM once the column
- * ranges of the resident blocks exceed the L2; below that it comes from
- * L2, where the full pass measured faster than the tile maxima's
- * bookkeeping (one H200, 60 MiB of L2: 39 MB resident slower with tiles,
- * 78 MB faster; docs/performance.md, "Session 22"). An unknown L2 (0: the
- * query failed) tiles nothing. */
-int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_blocks, int64_t block_bytes) {
+ * ranges of the resident blocks exceed what the L2 keeps; below that it
+ * comes from L2, where the full pass may be faster than the tile maxima's
+ * bookkeeping. An unknown L2 (0: the query failed) tiles nothing. */
+int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_bytes, double l2_share) {
   if (w->tiled != DPS_TILED_AUTO) return w->tiled == DPS_TILED_ALWAYS;
-  return w->l2_bytes > 0 &&
-         (double)resident_blocks * (double)block_bytes > (double)w->l2_bytes;
+  return w->l2_bytes > 0 && (double)resident_bytes > l2_share * (double)w->l2_bytes;
 }
 
 void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
@@ -115,12 +112,17 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
                    : selChunks(waves, 0, call->rows, a->nvalid, sms, sms, ARGMAX_MIN_CHUNK_COLS);
   a->early_release = topk || earlyRelease(waves, call->rows * a->chunks, sms);
   if (topk) {
-    /* the blocks resident at once: the call's, or one wave */
+    /* the blocks resident at once (the call's, or one wave) against the
+     * whole L2: one H200 (60 MiB) lost 2 us with tiles at 128 x 152064 (39
+     * MB resident) and won 21 % at 256 rows (78 MB; docs/performance.md,
+     * session 22) */
     const int64_t blocks = call->rows * a->chunks;
     const int64_t wave = waveRows(waves, 1, a->chunks, sms) * a->chunks;
     const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
-    a->tiled = dpsSelCollectTiled(waves, wave > 0 && wave < blocks ? wave : blocks,
-                                  block_cols * (int64_t)dpsDataTypeSize(call->dtype));
+    a->tiled = dpsSelCollectTiled(waves,
+                                  (wave > 0 && wave < blocks ? wave : blocks) * block_cols *
+                                      (int64_t)dpsDataTypeSize(call->dtype),
+                                  1.0);
   }
   a->sink.kind = DPS_REC_NONE;
   a->out = selOut(call);

@@ -126,6 +126,13 @@ int main(void) {
   always.tiled = DPS_TILED_ALWAYS;
   expectTiled("top-k 1024 x 152064, tiles off", &never, 1024, 152064, 0);
   expectTiled("top-k 64 x 76032, tiles on", &always, 64, 76032, 1);
+  /* dpsSample's share, half the L2 (31.5 MB): 128 rows of 152064 on one
+   * 512-thread block per SM, 39 MB, tile; 64 rows in two chunks, 19.5 MB, not */
+  if (!dpsSelCollectTiled(&w, 128ll * 152064 * 2, 0.5) ||
+      dpsSelCollectTiled(&w, 64ll * 152064 * 2, 0.5)) {
+    fprintf(stderr, "dpsSelCollectTiled at half the L2: 39 MB not tiled or 19.5 MB tiled\n");
+    ++g_fails;
+  }
   dpsSelWaves unknown = w; /* the L2 query failed */
   unknown.l2_bytes = 0;
   expectTiled("top-k 1024 x 152064, L2 unknown", &unknown, 1024, 152064, 0);
