@@ -263,7 +263,7 @@ static dpsResult_t checkDrawCall(dpsComm_t comm, const char* op, const void* log
 
 static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                        dpsDataType_t dtype, int64_t vocab_limit, const dpsSampleParams_t* params,
-                       SampleCall* c) {
+                       int want_logprob, SampleCall* c) {
   memset(c, 0, sizeof *c);
   dpsSampleArgs* a = &c->a;
   a->logits = logits;
@@ -282,9 +282,13 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   c->may_filter = c->may_topk || c->may_topp || may_minp;
   a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
   a->s = scratchOf(comm);
+  a->want_logprob = want_logprob;
   a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp);
   a->chunks = firstChunks(comm, rows, a->nvalid); /* 1 whenever the blocks are small */
-  a->tiled = firstTiled(comm, a, dtype);
+  /* no candidates and no logprob: greedy and temperature-only rows only */
+  a->first = a->cand == 0 && !want_logprob ? DPS_SAMPLE_FIRST_RACE
+             : firstTiled(comm, a, dtype)  ? DPS_SAMPLE_FIRST_TILED
+                                           : DPS_SAMPLE_FIRST_ANY;
   c->vocab_limit = vocab_limit;
 }
 
@@ -336,8 +340,7 @@ dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t 
   DPS_CHECK(dpsCheckOutBuffer(op, "tokens", tokens, 8, 1));
   DPS_CHECK(dpsCheckOutBuffer(op, "logprobs", logprobs, 4, 0));
   SampleCall c;
-  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, &c);
-  c.a.want_logprob = logprobs != NULL;
+  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, logprobs != NULL, &c);
   c.a.tokens = tokens;
   c.a.logprobs = logprobs;
   return runCall(comm, op, &c, NULL, stream);
@@ -371,12 +374,11 @@ dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int
                        "%s: predict=%p, accept_index=%p, accept_length=%p: none may be NULL", op,
                        (void*)predict, (void*)accept_index, (void*)accept_length);
   SampleCall c;
-  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, &c);
+  sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, logprobs != NULL, &c);
   c.a.p.per_entry = n;
   c.a.xf.mask = (const uint32_t*)vocab_mask;
   c.a.xf.mask_words = (cfg->vocab_size + 31) / 32;
   c.a.xf.cap = softcap;
-  c.a.want_logprob = logprobs != NULL;
   c.a.tokens = c.a.s.tokens;
   c.a.logprobs = logprobs != NULL ? c.a.s.token_lps : NULL;
   /* greedy everywhere (T a scalar 0; the arrays the kernels would check

@@ -293,7 +293,7 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
 /* The draw of a row from its merged first record (in shared memory): the
  * fast path here; the exact path on this block at tp == 1, else the row's
  * search state for the next steps. Nothing is written when `bad`. */
-template <typename X>
+template <typename X, int KERNEL>
 __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const RowP& q,
                                     const Hdr& h, const u64* sel, bool bad) {
   __shared__ SState s_st;
@@ -318,7 +318,7 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
 /* The first pass of item = row * chunks + chunk; the last chunk of a row to
  * finish merges the chunks' records and emits the row's record, or at
  * tp == 1 draws the row itself. */
-template <typename X>
+template <typename X, int KERNEL>
 __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item, u64 e,
                                           bool bad) {
   __shared__ Hdr s_hdr;
@@ -341,29 +341,41 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   float tmax;
   /* race (no top-k, no top-p) and zs (top-p) never meet; a race row with
    * temperature alone (no min-p, no logprob) and a bound that prunes takes
-   * the lean pass (FirstVisit); the candidates of rows without the race come
-   * from the tile maxima where the call says so */
+   * the lean pass (FirstVisit); in the TILED kernel the candidates of rows
+   * without the race come from the tile maxima. Each kernel instantiates
+   * only the passes its calls may run (the RACE kernel's calls have no
+   * candidates and no logprob), and its own copy of them. */
+  constexpr bool TILED = KERNEL == DPS_SAMPLE_FIRST_TILED;
+  constexpr bool ONLY_RACE = KERNEL == DPS_SAMPLE_FIRST_RACE;
   const bool lean = race && !minp_on && !a.want_logprob && Race::prunes(q.T);
-  const bool tiled = cand && !race && a.tiled != 0;
+  const bool tiled = TILED && cand && !race;
   const int sel =
       lean ? 8 : (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0) | (tiled ? 16 : 0);
 #define DPS_FIRST_VISIT(R, ZR, ZS_, L, T) \
-  firstVisit<R, ZR, ZS_, L, T>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax)
-  switch (sel) {
-    case 0: DPS_FIRST_VISIT(false, false, false, false, false); break;
-    case 1: DPS_FIRST_VISIT(false, false, true, false, false); break;
-    case 2: DPS_FIRST_VISIT(false, true, false, false, false); break;
-    case 3: DPS_FIRST_VISIT(false, true, true, false, false); break;
-    case 16: DPS_FIRST_VISIT(false, false, false, false, true); break;
-    case 17: DPS_FIRST_VISIT(false, false, true, false, true); break;
-    case 18: DPS_FIRST_VISIT(false, true, false, false, true); break;
-    case 19: DPS_FIRST_VISIT(false, true, true, false, true); break;
-    case 4: DPS_FIRST_VISIT(true, false, false, false, false); break;
-    case 8: DPS_FIRST_VISIT(true, false, false, true, false); break;
-    default: DPS_FIRST_VISIT(true, true, false, false, false); break;
+  firstVisit<R, ZR, ZS_, L, T, KERNEL>(rowp, a.dtype, a.col0, from, to, q, xf, &s_hdr, &tmax)
+  if constexpr (ONLY_RACE) { /* greedy rows, race rows without min-p */
+    switch (sel) {
+      case 8: DPS_FIRST_VISIT(true, false, false, true, false); break;
+      case 4: DPS_FIRST_VISIT(true, false, false, false, false); break;
+      default: DPS_FIRST_VISIT(false, false, false, false, false); break;
+    }
+  } else {
+    switch (sel) {
+      case 0: DPS_FIRST_VISIT(false, false, false, false, false); break;
+      case 1: DPS_FIRST_VISIT(false, false, true, false, false); break;
+      case 2: DPS_FIRST_VISIT(false, true, false, false, false); break;
+      case 3: DPS_FIRST_VISIT(false, true, true, false, false); break;
+      case 16: if constexpr (TILED) DPS_FIRST_VISIT(false, false, false, false, true); break;
+      case 17: if constexpr (TILED) DPS_FIRST_VISIT(false, false, true, false, true); break;
+      case 18: if constexpr (TILED) DPS_FIRST_VISIT(false, true, false, false, true); break;
+      case 19: if constexpr (TILED) DPS_FIRST_VISIT(false, true, true, false, true); break;
+      case 4: DPS_FIRST_VISIT(true, false, false, false, false); break;
+      case 8: DPS_FIRST_VISIT(true, false, false, true, false); break;
+      default: DPS_FIRST_VISIT(true, true, false, false, false); break;
+    }
   }
 #undef DPS_FIRST_VISIT
-  if (cand) {
+  if (!ONLY_RACE && cand) {
     topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, tiled, xf);
   } else {
     for (int j = threadIdx.x; j < CAND; j += blockDim.x) s_sel[j] = 0ull;
@@ -410,7 +422,7 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
     __syncthreads();
   }
   if (a.tp == 1) { /* no exchange: the draw on this block (one kernel per call) */
-    drawRow<X>(a, row, q, s_hdr, s_sel, bad);
+    drawRow<X, KERNEL>(a, row, q, s_hdr, s_sel, bad);
     return;
   }
   if (threadIdx.x == 0) hdrPack(s_hdr, s_rec);
@@ -428,8 +440,9 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
 
 /* one block of 512 threads per SM, or four of 128 (a->threads), 128
  * registers a thread: the race's noise and its vectors in flight (at 64
- * registers the race's loop spilled about 1 KB a thread) */
-template <typename X>
+ * registers the race's loop spills; even the RACE kernel alone at two
+ * blocks per SM lost 40 %: docs/performance.md, session 23) */
+template <typename X, int KERNEL>
 __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) firstKernel(const __grid_constant__ dpsSampleArgs a) {
   dpsPdlWait();
   const bool ll = a.sink.kind == DPS_REC_LL;
@@ -440,7 +453,7 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   const bool bad = a.tp == 1 && callInvalid(a, blockIdx.x == 0);
   FOR_ITEMS(item, a.rows * a.chunks) {
     __syncthreads();
-    firstItem<X>(a, item, e, bad);
+    firstItem<X, KERNEL>(a, item, e, bad);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
   /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
@@ -537,7 +550,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
     }
     __syncthreads();
     /* tp > 1: no exact pass here, no reads */
-    drawRow<NoXform>(a, row, rowParamsDefined(a.p, row), s_hdr, s_sel, bad);
+    drawRow<NoXform, DPS_SAMPLE_FIRST_ANY>(a, row, rowParamsDefined(a.p, row), s_hdr, s_sel, bad);
     return true;
   }
   if (threadIdx.x == 0) s_st = *stateOf(a, row);
@@ -611,11 +624,18 @@ static unsigned capped(long long items, int cap) {
 /* The kernels' instances with the transform when the call has one. */
 static bool hasXform(const dpsSampleArgs* a) { return a->xf.mask != NULL || a->xf.cap > 0.f; }
 
+template <typename X>
+static cudaError_t launchFirst(const dpsSampleArgs* a, cudaStream_t stream) {
+  auto k = a->first == DPS_SAMPLE_FIRST_RACE    ? firstKernel<X, DPS_SAMPLE_FIRST_RACE>
+           : a->first == DPS_SAMPLE_FIRST_TILED ? firstKernel<X, DPS_SAMPLE_FIRST_TILED>
+                                                : firstKernel<X, DPS_SAMPLE_FIRST_ANY>;
+  return dpsLaunch(k, dim3(capped(a->rows * a->chunks, a->sink.max_blocks)), dim3(a->threads),
+                   stream, a->pdl, *a);
+}
+
 extern "C" cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream) {
   if (a->step == DPS_SAMPLE_STEP_FIRST)
-    return dpsLaunch(hasXform(a) ? firstKernel<LogitXform> : firstKernel<NoXform>,
-                     dim3(capped(a->rows * a->chunks, a->sink.max_blocks)), dim3(a->threads), stream,
-                     a->pdl, *a);
+    return hasXform(a) ? launchFirst<LogitXform>(a, stream) : launchFirst<NoXform>(a, stream);
   return dpsLaunch(hasXform(a) ? stepKernel<LogitXform> : stepKernel<NoXform>,
                    dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream, a->pdl, *a);
 }
@@ -631,8 +651,13 @@ extern "C" cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVeri
 }
 
 extern "C" cudaError_t dpsPreloadSampleKernels(void) {
-  const void* const k[] = {(const void*)firstKernel<NoXform>, (const void*)firstKernel<LogitXform>,
+#define DPS_FIRST_KERNELS(X)                                        \
+  (const void*)firstKernel<X, DPS_SAMPLE_FIRST_ANY>,                \
+      (const void*)firstKernel<X, DPS_SAMPLE_FIRST_TILED>,          \
+      (const void*)firstKernel<X, DPS_SAMPLE_FIRST_RACE>
+  const void* const k[] = {DPS_FIRST_KERNELS(NoXform), DPS_FIRST_KERNELS(LogitXform),
                            (const void*)stepKernel<NoXform>, (const void*)stepKernel<LogitXform>,
                            (const void*)mergeKernel, (const void*)walkKernel};
-  return dpsPreload(k, 6);
+#undef DPS_FIRST_KERNELS
+  return dpsPreload(k, (int)(sizeof k / sizeof k[0]));
 }

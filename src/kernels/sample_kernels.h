@@ -60,6 +60,12 @@ extern "C" {
 #define DPS_SAMPLE_FIRST_BLOCKS_PER_SM 1
 #define DPS_SAMPLE_SMALL_THREADS 128
 #define DPS_SAMPLE_SMALL_BLOCKS_PER_SM 4
+/* The first pass's kernels (dpsSampleArgs.first), each holding only the
+ * passes its calls may run, so that the passes of one do not weigh on the
+ * code and registers of the others: ANY (every pass but the tile maxima),
+ * TILED (the same with candidates collected from the tile maxima) and RACE
+ * (calls without candidates or logprobs: greedy and temperature-only rows). */
+enum { DPS_SAMPLE_FIRST_ANY = 0, DPS_SAMPLE_FIRST_TILED = 1, DPS_SAMPLE_FIRST_RACE = 2 };
 /* The largest V: fixed-point sums of 2^40-scaled terms stay below 2^63. */
 #define DPS_SAMPLE_VOCAB_MAX (1ll << 23)
 
@@ -132,9 +138,10 @@ typedef struct {
   int cand;           /* DPS_SAMPLE_CAND, or 0 when no row can filter */
   int chunks;         /* blocks per row of the first pass (1..DPS_SAMPLE_MAX_CHUNKS) */
   int threads;        /* the first pass's block: DPS_SAMPLE_THREADS or _SMALL_THREADS */
-  int tiled;          /* the candidates' collection re-reads only the tiles that may
-                         reach its threshold (dpsSelCollectTiled) */
   int want_logprob;
+  int first;          /* the first pass's kernel: DPS_SAMPLE_FIRST_* (TILED: the candidates'
+                         collection re-reads only the tiles that may reach its threshold,
+                         dpsSelCollectTiled) */
   int step;           /* DPS_SAMPLE_STEP_* (a row's round is in its state) */
   int words;          /* record words of this step */
   dpsSampleParamsDev p;

@@ -377,7 +377,7 @@ struct FirstVisit {
   }
 };
 
-template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES, typename X>
+template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES, int KERNEL, typename X>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
                            long long to, const RowP& q, const X& xf, Hdr* out, float* tmax) {
   FirstVisit<RACE, ZRAW, ZS, LEAN, TILES> f;
