@@ -130,6 +130,8 @@ typedef struct dpsSelectCall {
   float* lse;
   const void* logits;
   const dpsVerifyWalkArgs* walk; /* tp == 1: the pass walks these chains after the tokens (NULL: no) */
+  unsigned long long* count_rows; /* argmax: `rows` added once per call (a drawing call's greedy
+                                     counter; NULL: none) */
 } dpsSelectCall;
 
 /* One step of a shard reduction through the backend (kernels/records.h):

@@ -292,6 +292,16 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   c->vocab_limit = vocab_limit;
 }
 
+/* Whether argmax's pass draws the call: greedy everywhere (T a scalar 0; no
+ * top_ps or min_ps array, the only arrays besides temperatures that the
+ * kernels would check) and nothing but tokens wanted. It gives the same
+ * tokens (ties to the lower index, NaN as -inf, nothing valid: 0) from one
+ * read per element, without the sampling pass's records. */
+static int byArgmax(const dpsSampleParams_t* p, int want_logprob) {
+  return p->temperatures == NULL && p->temperature == 0.f && p->top_ps == NULL &&
+         p->min_ps == NULL && !want_logprob;
+}
+
 /* Checks the communicator's state, then runs the call's steps and `after`
  * (NULL: none) in one operation. */
 static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
@@ -315,6 +325,7 @@ static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
     sel.index = c->a.tokens;
     sel.logits = c->a.logits;
     sel.walk = one_kernel ? after : NULL;
+    sel.count_rows = &c->a.s.counters->rows_greedy; /* every row greedy */
     r = dpsSelectSteps(comm, op, &sel, stream);
   } else {
     if (one_kernel) c->a.walk = *after;
@@ -343,6 +354,7 @@ dpsResult_t dpsSample(dpsComm_t comm, const void* logits, int64_t rows, int64_t 
   sampleCall(comm, logits, rows, cols, dtype, vocab_limit, params, logprobs != NULL, &c);
   c.a.tokens = tokens;
   c.a.logprobs = logprobs;
+  c.by_argmax = byArgmax(params, logprobs != NULL);
   return runCall(comm, op, &c, NULL, stream);
 }
 
@@ -381,12 +393,7 @@ dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int
   c.a.xf.cap = softcap;
   c.a.tokens = c.a.s.tokens;
   c.a.logprobs = logprobs != NULL ? c.a.s.token_lps : NULL;
-  /* greedy everywhere (T a scalar 0; the arrays the kernels would check
-   * absent) and nothing but tokens wanted: argmax's pass gives the same
-   * tokens (ties to the lower index, NaN as -inf, nothing valid: 0) */
-  c.by_argmax = params->temperatures == NULL && params->temperature == 0.f &&
-                params->top_ps == NULL && params->min_ps == NULL && vocab_mask == NULL &&
-                softcap == 0.f && logprobs == NULL;
+  c.by_argmax = byArgmax(params, logprobs != NULL) && vocab_mask == NULL && softcap == 0.f;
   dpsVerifyWalkArgs w;
   memset(&w, 0, sizeof w);
   w.candidates = candidates;

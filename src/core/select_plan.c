@@ -83,6 +83,7 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
   o.index = call->index;
   o.value = call->value;
   o.lse = call->lse;
+  o.count_rows = call->count_rows;
   return o;
 }
 

@@ -279,6 +279,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
       a.out.index[row] = (int64_t)st.i;
       if (a.out.value) storeValue(a.out.value, row, st.v, a.dtype);
       if (a.out.lse) a.out.lse[row] = st.lse.value();
+      if (a.out.count_rows && row == 0) atomicAdd(a.out.count_rows, (unsigned long long)a.rows);
     } else {
       const uint32_t w[4] = {__float_as_uint(st.v), st.i, __float_as_uint(st.lse.m),
                              __float_as_uint(st.lse.s)};
@@ -398,6 +399,7 @@ __global__ void argmaxMergeKernel(dpsSelMergeArgs a) {
   a.out.index[row] = (int64_t)st.i;
   if (a.out.value) storeValue(a.out.value, row, st.v, a.dtype);
   if (a.out.lse) a.out.lse[row] = st.lse.value();
+  if (a.out.count_rows && row == 0) atomicAdd(a.out.count_rows, (unsigned long long)a.rows);
 }
 
 /* One warp per row: every rank's list (sorted) goes to shared memory, then

@@ -45,6 +45,8 @@ typedef struct {
   int64_t* index;  /* [rows] or [rows, k] */
   void* value;     /* same shape, logits dtype; NULL: not wanted */
   float* lse;      /* argmax only: [rows]; NULL: not wanted */
+  unsigned long long* count_rows; /* argmax only: `rows` added once per call by the pass that
+                                     writes index (dpsSample's greedy counter); NULL: none */
 } dpsSelOut;
 
 typedef struct {

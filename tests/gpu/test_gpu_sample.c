@@ -8,8 +8,9 @@
  *      for V = 32000 and V = 50257 (not a multiple of 4), fp32 / bf16 /
  *      fp16: every token equals fxRefSampleToken's, every logprob is
  *      within 2e-5 of the reference's; int32 and int64 top-k arrays, scalar
- *      parameters, vocab_limit < V, logprobs not wanted; the path counters
- *      of the call add up to its rows;
+ *      parameters, vocab_limit < V, logprobs not wanted, greedy everywhere
+ *      with tokens only (argmax's pass); the path counters of the call add
+ *      up to its rows;
  *  (b) a row alone (rows = 1), in a sub-batch and at another position of a
  *      permuted batch: the same token and the same logprob bits;
  *  (c) chi-square exactness (spec section 2): for every filter alone and
@@ -136,6 +137,23 @@ static int testMixed(dpsComm_t comm, smpHost* h, smpDev* d, Res* res, const char
   snprintf(what, sizeof what, "%s without logprobs", tag);
   bad = smpCheckSame(what, R, res->tok2, NULL, res->tok, NULL, NULL);
   FX_CHECK(bad == 0, "%s: %ld rows differ", what, bad);
+
+  /* greedy everywhere, tokens only (argmax's pass; the top-k, seed and
+   * offset arrays ignored): the reference's argmax, every row counted greedy */
+  const smpSpec gs = {SMP_A_K32 | SMP_A_SEED | SMP_A_OFF, 0.0f, 0, 1.0f, 0.0f, 0, 0};
+  if (smpRef(h, &gs, 0, R, V, res->rtok, res->rlp)) return 1;
+  if (readStats(comm, &st0)) return 1;
+  if (sampleCall(comm, d, &gs, 0, R, V, s, res->tok2, NULL)) return 1;
+  if (readStats(comm, &st1)) return 1;
+  snprintf(what, sizeof what, "%s greedy, tokens only", tag);
+  bad = smpCheckRef(what, h, &gs, 0, R, V, res->tok2, NULL, res->rtok, res->rlp, NULL);
+  FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
+  FX_CHECK(st1.rows_greedy - st0.rows_greedy == (uint64_t)R && st1.rows_fast == st0.rows_fast &&
+               st1.rows_exact == st0.rows_exact && st1.invalid_calls == st0.invalid_calls,
+           "%s: path counters grew by greedy %llu fast %llu exact %llu for %lld rows", what,
+           (unsigned long long)(st1.rows_greedy - st0.rows_greedy),
+           (unsigned long long)(st1.rows_fast - st0.rows_fast),
+           (unsigned long long)(st1.rows_exact - st0.rows_exact), (long long)R);
 
   /* (b) a row alone, a sub-batch, another position: the same bits */
   int64_t singles = 0;

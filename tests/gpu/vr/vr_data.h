@@ -19,7 +19,7 @@ extern const dpsDataType_t kVrDtypes[3];
 #define SMP_VR_ROWS 48
 #define SMP_VR_V (840 * 40) /* a multiple of every tp in 1..8 */
 
-enum { SET_A, SET_B, SET_S, NSETS };
+enum { SET_A, SET_B, SET_S, SET_G, NSETS };
 
 /* Full logits [SMP_VR_ROWS, SMP_VR_V] (sample_common.h's mixed rows) with two
  * sets of per-row parameters (A, B: the same logits) and one of scalars (S:
@@ -28,7 +28,7 @@ enum { SET_A, SET_B, SET_S, NSETS };
 typedef struct {
   int ready, failed;
   smpHost h[2];        /* A and B: the same logits, different parameters */
-  smpSpec spec[NSETS]; /* A, B: arrays; S: scalars */
+  smpSpec spec[NSETS]; /* A, B: arrays; S: scalars; G: greedy, tokens only */
   int64_t rtok[NSETS][SMP_VR_ROWS];
   float rlp[NSETS][SMP_VR_ROWS];
   unsigned char clear[NSETS][SMP_VR_ROWS]; /* S: rows whose token is clear of top-p's boundary */

@@ -46,6 +46,9 @@ static int smpDataInit(SmpData* d, dpsDataType_t dt, int di) {
   d->spec[SET_B] = smpSpecArrays(0);
   const smpSpec s = {SMP_A_SEED | SMP_A_OFF, 0.8f, 300, 0.95f, 0.0f, 0, 0};
   d->spec[SET_S] = s;
+  /* greedy everywhere, tokens only: argmax's pass (the arrays ignored) */
+  const smpSpec gs = {SMP_A_K32 | SMP_A_SEED | SMP_A_OFF, 0.0f, 0, 1.0f, 0.0f, 0, 0};
+  d->spec[SET_G] = gs;
   for (int k = 0; k < NSETS; ++k) {
     const smpHost* h = &d->h[k == SET_B];
     if (smpRef(h, &d->spec[k], 0, R, V, d->rtok[k], d->rlp[k])) return 1;
@@ -102,7 +105,7 @@ static int smpCheck(VrGroup* g, int rank, SmpData* d, int k, int64_t r0, int64_t
     bad += smpCheckSame(msg, n, tok, lp, d->btok[k] + r0, d->blp[k] + r0, NULL);
   } else if (g->tp == 1 && r0 == 0 && n == SMP_VR_ROWS) {
     memcpy(d->btok[k], tok, sizeof d->btok[k]);
-    memcpy(d->blp[k], lp, sizeof d->blp[k]);
+    if (lp) memcpy(d->blp[k], lp, sizeof d->blp[k]);
   }
   if (vrCount(g, bad == 0)) {
     fprintf(stderr, "%s: %ld rows differ from the %s\n", msg, bad,
@@ -112,7 +115,8 @@ static int smpCheck(VrGroup* g, int rank, SmpData* d, int k, int64_t r0, int64_t
   return 0;
 }
 
-/* One eager call of set k on rows [r0, r0 + n) of dev, every rank together. */
+/* One eager call of set k on rows [r0, r0 + n) of dev, every rank together
+ * (set G without logprobs). */
 static int smpEager(VrGroup* g, int rank, smpDev* dev, SmpData* d, int k, int use_i64, int64_t r0,
                     int64_t n, int64_t* tok, float* lp, const char* what) {
   VrRank* r = &g->r[rank];
@@ -122,14 +126,15 @@ static int smpEager(VrGroup* g, int rank, smpDev* dev, SmpData* d, int k, int us
   const size_t es = dpsDataTypeSize(g->cfg.dtype);
   VR_CUDA(g, rank, cudaMemsetAsync(dev->tok, 0xab, (size_t)n * 8, r->s));
   if (vrBarrier(g)) return 1;
+  const int want_lp = k != SET_G;
   VR_OK(g, rank,
         dpsSample(r->comm, (const char*)dev->logits + (size_t)r0 * g->v_local * es, n, g->v_local,
-                  g->cfg.dtype, SMP_VR_V, &p, dev->tok, dev->lp, r->s));
+                  g->cfg.dtype, SMP_VR_V, &p, dev->tok, want_lp ? dev->lp : NULL, r->s));
   VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
   if (vrCheckAsync(g, rank, what)) return 1;
   VR_CUDA(g, rank, cudaMemcpy(tok, dev->tok, (size_t)n * 8, cudaMemcpyDeviceToHost));
-  VR_CUDA(g, rank, cudaMemcpy(lp, dev->lp, (size_t)n * 4, cudaMemcpyDeviceToHost));
-  return smpCheck(g, rank, d, k, r0, n, tok, lp, what);
+  if (want_lp) VR_CUDA(g, rank, cudaMemcpy(lp, dev->lp, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  return smpCheck(g, rank, d, k, r0, n, tok, want_lp ? lp : NULL, what);
 }
 
 static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
@@ -144,6 +149,7 @@ static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
   if (smpEager(g, rank, dev, d, SET_A, 0, SMP_VR_SUB0, SMP_VR_SUBN, tok, lp, "A rows [5, 22)"))
     return 1;
   if (smpEager(g, rank, dev, d, SET_S, 0, 0, R, tok, lp, "S (scalars)")) return 1;
+  if (smpEager(g, rank, dev, d, SET_G, 0, 0, R, tok, lp, "G (greedy, tokens only)")) return 1;
   /* a graph captured with A's arrays, replayed with B's contents in them */
   SmpCapture cap = {dev, r, d, &d->spec[SET_A], g->v_local, g->cfg.dtype};
   if (vrBarrier(g) || vrCaptureOps(g, rank, smpEnqueue, &cap)) return 1;
@@ -164,7 +170,7 @@ static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
   if (vrBarrier(g)) return 1;
   const dpsSampleStats_t* a = &g_smp_delta[rank];
   const dpsSampleStats_t* z = &g_smp_delta[0];
-  const uint64_t rows = (uint64_t)(3 * R + SMP_VR_SUBN);
+  const uint64_t rows = (uint64_t)(4 * R + SMP_VR_SUBN);
   if (vrCount(g, a->rows_greedy == z->rows_greedy && a->rows_fast == z->rows_fast &&
                      a->rows_exact == z->rows_exact && a->invalid_calls == 0 &&
                      a->rows_greedy + a->rows_fast + a->rows_exact == rows)) {
