@@ -4,14 +4,15 @@
  * Per dtype (fp32, bf16, fp16) the full logits [SMP_VR_ROWS, SMP_VR_V] are
  * generated once (sample_common.h's mixed rows; V = 840 * 40 divides by every
  * tp in 1..8) with two sets of per-row parameters (A, B) and one set of
- * scalars (S: T 0.8, top-k 300, top-p 0.95: the exact path), and their
- * reference tokens. The first run computes the baseline at tp = 1 on both
+ * scalars (S: T 0.8, top-k 300, top-p 0.95: the exact path), one greedy set
+ * drawn without logprobs (G: argmax's pass), and their reference tokens. The first run computes the baseline at tp = 1 on both
  * backends (tokens equal to the reference, logprobs within 2e-5, both
  * backends bit-identical); every later group's ranks, each passing its shard
  * [rows, V/tp], must match it bit for bit:
  *  - A with int32 (even tp) or int64 (odd tp) top-k arrays, all rows;
  *  - A on the sub-batch of rows [5, 22) (another position in the batch);
  *  - S (scalar filters, seed and offset arrays);
+ *  - G (scalar T = 0, tokens only);
  *  - a graph captured with A's arrays and replayed after B was uploaded
  *    into them;
  *  - and every rank's path counters grew alike. */
