@@ -26,6 +26,7 @@ static struct {
   int records;             /* records steps of the calls so far */
   int64_t step_rows[32];
   int step_words[32];
+  int first_counts; /* a sample call's first step was argmax's and counts its rows greedy */
   dpsResult_t fail_with;   /* returned by the next operation, then cleared */
   dpsResult_t async_error; /* reported by async_error */
 } rec;
@@ -81,6 +82,12 @@ static dpsResult_t fRecords(dpsComm_t c, const dpsRecOp* op, cudaStream_t s) {
   if (rec.records < 32) {
     rec.step_rows[rec.records] = op->rows;
     rec.step_words[rec.records] = op->words;
+  }
+  /* a sampling call's first step of argmax's size is argmax's (the sampling
+   * pass's first record has 26 words or more) */
+  if (rec.records == 0 && op->words == dpsSelWords(0)) {
+    const dpsSelStep* st = (const dpsSelStep*)op->ctx;
+    rec.first_counts = st->call.k == 0 && st->call.count_rows != NULL;
   }
   rec.records++;
   return dpsSuccess;
@@ -559,7 +566,9 @@ static int testSelectOutputs(void) {
 /* dpsSample: every bad argument is refused by name before any step; a good
  * call at tp 4 plans the records steps its parameters may need: the first
  * (26 words, + 2 per candidate where a filter may act), 6 top-k rounds (64
- * words), 6 top-p rounds (128), the race (4). */
+ * words), 6 top-p rounds (128), the race (4); a greedy tokens-only call one
+ * step of argmax's (4 words) that counts its rows, a greedy one with
+ * logprobs or a temperature array the sampling pass's first step. */
 static int testSampleChecks(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsBfloat16);
@@ -593,6 +602,30 @@ static int testSampleChecks(void) {
     if (plans[i].topk) FX_CHECK(rec.step_words[1] == 64, "%s: step 1 words %d", plans[i].what, rec.step_words[1]);
     if (plans[i].topp && !plans[i].topk)
       FX_CHECK(rec.step_words[1] == 128, "%s: step 1 words %d", plans[i].what, rec.step_words[1]);
+  }
+  const struct {
+    const char* what;
+    int t_array, logprobs, by_argmax;
+  } greedy[] = {{"greedy, tokens only", 0, 0, 1},
+                {"greedy with logprobs", 0, 1, 0},
+                {"greedy by a temperature array", 1, 0, 0}};
+  for (size_t i = 0; i < sizeof greedy / sizeof greedy[0]; ++i) {
+    dpsSampleParams_t sp = DPS_SAMPLE_PARAMS_INITIALIZER;
+    sp.temperature = 0.f;
+    sp.top_ks = (const int32_t*)arr; /* ignored by greedy rows; never checked */
+    sp.seeds = (const uint64_t*)arr;
+    if (greedy[i].t_array) sp.temperatures = (const float*)arr;
+    rec.records = 0;
+    rec.first_counts = 0;
+    FX_CHECK_OK(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &sp, (int64_t*)tok,
+                          greedy[i].logprobs ? (float*)lp : NULL, NULL));
+    const int want_words = greedy[i].by_argmax ? dpsSelWords(0) : 154;
+    FX_CHECK(rec.step_rows[0] == 8 && rec.step_words[0] == want_words &&
+                 rec.first_counts == greedy[i].by_argmax &&
+                 (!greedy[i].by_argmax || rec.records == 1),
+             "%s: %d steps, the first %d words (%lld rows), counted %d; want %d words%s",
+             greedy[i].what, rec.records, rec.step_words[0], (long long)rec.step_rows[0],
+             rec.first_counts, want_words, greedy[i].by_argmax ? ", one step, counted" : "");
   }
   rec.records = 0;
   dpsSampleParams_t ok = DPS_SAMPLE_PARAMS_INITIALIZER;
