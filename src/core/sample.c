@@ -195,12 +195,8 @@ static int firstTiled(dpsComm_t comm, const dpsSampleArgs* a, dpsDataType_t dtyp
   const int64_t resident = residentBlocks(comm, a->threads == DPS_SAMPLE_SMALL_THREADS
                                                     ? DPS_SAMPLE_SMALL_BLOCKS_PER_SM
                                                     : DPS_SAMPLE_FIRST_BLOCKS_PER_SM);
-  const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
-  return a->cand > 0 &&
-         dpsSelCollectTiled(&comm->sel_waves,
-                            (blocks < resident ? blocks : resident) * block_cols *
-                                (int64_t)dpsDataTypeSize(dtype),
-                            0.5);
+  return a->cand > 0 && dpsSelCollectTiled(&comm->sel_waves, blocks < resident ? blocks : resident,
+                                           a->nvalid, a->chunks, dtype, 0.5);
 }
 
 static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,

@@ -19,24 +19,24 @@ _Static_assert(DPS_ENV_SELECT_SPLIT_MAX == DPS_SEL_MAX_CHUNKS, "DPSAMPLING_SELEC
 
 void dpsSelPlanInit(dpsSelWaves* w, int split, int tiled) {
   const cudaError_t e = dpsSelectWaves(w);
-  w->tiled = tiled;
   if (e != cudaSuccess) {
-    /* the split is only a speed-up: without the table every row is one block */
+    /* the split is only a speed-up: without the table every row is one block
+     * (and, the L2 unknown, no collection tiled unless forced) */
     dpsLog(DPS_LOG_WARN, "argmax/topk: the occupancy query failed (%s); rows are not split",
            cudaGetErrorString(e));
     memset(w, 0, sizeof *w);
-    w->tiled = tiled;
-    return;
+  } else {
+    for (int kind = 0; kind < 2; ++kind)
+      for (int c = split + 1; c <= DPS_SEL_MAX_CHUNKS; ++c) w->rows[kind][c] = 0;
+    const int* am = w->rows[0];
+    const int* tk = w->rows[1];
+    dpsLog(DPS_LOG_INFO,
+           "argmax/topk: rows per wave with 1..8 blocks per row: argmax %d %d %d %d %d %d %d %d, "
+           "top-k %d %d %d %d %d %d %d %d (%d SMs)",
+           am[1], am[2], am[3], am[4], am[5], am[6], am[7], am[8], tk[1], tk[2], tk[3], tk[4],
+           tk[5], tk[6], tk[7], tk[8], w->sms);
   }
-  for (int kind = 0; kind < 2; ++kind)
-    for (int c = split + 1; c <= DPS_SEL_MAX_CHUNKS; ++c) w->rows[kind][c] = 0;
-  const int* am = w->rows[0];
-  const int* tk = w->rows[1];
-  dpsLog(DPS_LOG_INFO,
-         "argmax/topk: rows per wave with 1..8 blocks per row: argmax %d %d %d %d %d %d %d %d, "
-         "top-k %d %d %d %d %d %d %d %d (%d SMs)",
-         am[1], am[2], am[3], am[4], am[5], am[6], am[7], am[8], tk[1], tk[2], tk[3], tk[4], tk[5],
-         tk[6], tk[7], tk[8], w->sms);
+  w->tiled = tiled;
 }
 
 _Static_assert(DPS_SEL_MAX_CHUNKS == 8, "dpsSelPlanInit logs 8 counts per kind");
@@ -91,9 +91,11 @@ static dpsSelOut selOut(const dpsSelectCall* call) {
  * ranges of the resident blocks exceed what the L2 keeps; below that it
  * comes from L2, where the full pass may be faster than the tile maxima's
  * bookkeeping. An unknown L2 (0: the query failed) tiles nothing. */
-int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_bytes, double l2_share) {
+int dpsSelCollectTiled(const dpsSelWaves* w, int64_t blocks, int64_t nvalid, int chunks,
+                       dpsDataType_t dtype, double l2_share) {
   if (w->tiled != DPS_TILED_AUTO) return w->tiled == DPS_TILED_ALWAYS;
-  return w->l2_bytes > 0 && (double)resident_bytes > l2_share * (double)w->l2_bytes;
+  const int64_t bytes = blocks * ((nvalid + chunks - 1) / chunks) * (int64_t)dpsDataTypeSize(dtype);
+  return w->l2_bytes > 0 && (double)bytes > l2_share * (double)w->l2_bytes;
 }
 
 void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
@@ -119,11 +121,8 @@ void dpsSelPlanLocal(const dpsSelectCall* call, int rank, int64_t cols, int sms,
      * session 22) */
     const int64_t blocks = call->rows * a->chunks;
     const int64_t wave = waveRows(waves, 1, a->chunks, sms) * a->chunks;
-    const int64_t block_cols = (a->nvalid + a->chunks - 1) / a->chunks;
-    a->tiled = dpsSelCollectTiled(waves,
-                                  (wave > 0 && wave < blocks ? wave : blocks) * block_cols *
-                                      (int64_t)dpsDataTypeSize(call->dtype),
-                                  1.0);
+    a->tiled = dpsSelCollectTiled(waves, wave > 0 && wave < blocks ? wave : blocks, a->nvalid,
+                                  a->chunks, call->dtype, 1.0);
   }
   a->sink.kind = DPS_REC_NONE;
   a->out = selOut(call);

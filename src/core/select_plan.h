@@ -25,9 +25,11 @@ void dpsSelPlanInit(dpsSelWaves* w, int split, int tiled);
 
 /* Whether a top-k collection (dpsTopK's, dpsSample's candidates) re-reads
  * only the tiles that may reach its threshold: when the column ranges of
- * the blocks resident at once (resident_bytes) exceed l2_share of the L2
- * of `w`, or as DPSAMPLING_TILED_COLLECT (w->tiled) says. */
-int dpsSelCollectTiled(const dpsSelWaves* w, int64_t resident_bytes, double l2_share);
+ * the `blocks` resident at once, each ceil(nvalid / chunks) columns of
+ * dtype, exceed l2_share of the L2 of `w`, or as DPSAMPLING_TILED_COLLECT
+ * (w->tiled) says. */
+int dpsSelCollectTiled(const dpsSelWaves* w, int64_t blocks, int64_t nvalid, int chunks,
+                       dpsDataType_t dtype, double l2_share);
 
 /* The local pass of `call` on rank `rank` (shard of cols columns), with sink
  * DPS_REC_NONE (the outputs; dpsSelPlanStep sets the records sink at tp > 1).

@@ -128,8 +128,8 @@ int main(void) {
   expectTiled("top-k 64 x 76032, tiles on", &always, 64, 76032, 1);
   /* dpsSample's share, half the L2 (31.5 MB): 128 rows of 152064 on one
    * 512-thread block per SM, 39 MB, tile; 64 rows in two chunks, 19.5 MB, not */
-  if (!dpsSelCollectTiled(&w, 128ll * 152064 * 2, 0.5) ||
-      dpsSelCollectTiled(&w, 64ll * 152064 * 2, 0.5)) {
+  if (!dpsSelCollectTiled(&w, 128, 152064, 1, dpsBfloat16, 0.5) ||
+      dpsSelCollectTiled(&w, 128, 152064, 2, dpsBfloat16, 0.5)) {
     fprintf(stderr, "dpsSelCollectTiled at half the L2: 39 MB not tiled or 19.5 MB tiled\n");
     ++g_fails;
   }
