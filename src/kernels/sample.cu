@@ -52,8 +52,10 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     }
     return PATH_GREEDY;
   }
-  if (h.lmax == INFINITY) return finish(h.aidx, h.lmax, PATH_FAST); /* logprob NaN */
+  /* greedy before +inf: a greedy row counts greedy whatever it holds (the
+   * token is the argmax either way, the logprob NaN) */
   if (q.T == 0.f) return finish(h.aidx, h.lmax, PATH_GREEDY);
+  if (h.lmax == INFINITY) return finish(h.aidx, h.lmax, PATH_FAST); /* logprob NaN */
   const long long nA = h.cnt;
   const bool topk_on = q.k > 0 && q.k < nA, topp_on = q.top_p < 1.f, minp_on = q.min_p > 0.f;
   const float smax = dpsSampleScore(h.lmax, q.T);

@@ -9,8 +9,8 @@
  *      fp16: every token equals fxRefSampleToken's, every logprob is
  *      within 2e-5 of the reference's; int32 and int64 top-k arrays, scalar
  *      parameters, vocab_limit < V, logprobs not wanted, greedy everywhere
- *      with tokens only (argmax's pass); the path counters of the call add
- *      up to its rows;
+ *      with tokens only (argmax's pass, also under vocab_limit < V); the
+ *      path counters of the call add up to its rows;
  *  (b) a row alone (rows = 1), in a sub-batch and at another position of a
  *      permuted batch: the same token and the same logprob bits;
  *  (c) chi-square exactness (spec section 2): for every filter alone and
@@ -29,8 +29,9 @@
  *      written; invalid device array entries: the call succeeds, writes
  *      nothing, and dpsCommGetSampleStats counts it and names the row and
  *      the argument;
- *  (f) the path counters: greedy and empty rows greedy, temperature-only
- *      and top-k <= 64 rows fast, top-k 5000 rows exact;
+ *  (f) the path counters: greedy and empty rows greedy (also a greedy row
+ *      holding +inf), temperature-only and top-k <= 64 rows fast, top-k
+ *      5000 rows exact;
  *  (g) negative controls: the chi-square of (c) against the distribution
  *      of a reference with a planted bug (top-k keeping k + 1, top-p with
  *      <=) must reject the GPU's draws.
@@ -154,6 +155,13 @@ static int testMixed(dpsComm_t comm, smpHost* h, smpDev* d, Res* res, const char
            (unsigned long long)(st1.rows_greedy - st0.rows_greedy),
            (unsigned long long)(st1.rows_fast - st0.rows_fast),
            (unsigned long long)(st1.rows_exact - st0.rows_exact), (long long)R);
+  /* the same under a vocab_limit inside the row (argmax's pass has its own
+   * limit handling) */
+  if (smpRef(h, &gs, 0, NL, VL, res->rtok, res->rlp)) return 1;
+  if (sampleCall(comm, d, &gs, 0, NL, VL, s, res->tok2, NULL)) return 1;
+  snprintf(what, sizeof what, "%s greedy, tokens only, vocab_limit %lld", tag, (long long)VL);
+  bad = smpCheckRef(what, h, &gs, 0, NL, VL, res->tok2, NULL, res->rtok, res->rlp, NULL);
+  FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)NL);
 
   /* (b) a row alone, a sub-batch, another position: the same bits */
   int64_t singles = 0;
@@ -419,9 +427,11 @@ static int testPaths(dpsComm_t comm, int64_t V, dpsDataType_t dt, Res* res, cuda
   if (smpHostAlloc(&h, N, V, dt) || smpDevAlloc(&d, N, V, dt)) return 1;
   uint64_t g = 0xfeedull;
   /* rows 0-9 greedy, 10-19 temperature only, 20-39 top-k 50, 40-47 top-k 64
-   * (fast); 48-59 top-k 5000 (exact); 60-63 nothing valid (greedy) */
+   * (fast); 48-59 top-k 5000 (exact); 60-63 nothing valid (greedy). Rows 8,
+   * 9 (greedy) and 18, 19 (temperature only) hold +inf: greedy and fast */
   for (int r = 0; r < N; ++r) {
-    h.kind[r] = r >= 60 ? SMP_ALL_NEGINF : SMP_REAL, h.tmpl[r] = 0;
+    const int posinf = r == 8 || r == 9 || r == 18 || r == 19;
+    h.kind[r] = r >= 60 ? SMP_ALL_NEGINF : posinf ? SMP_POSINF : SMP_REAL, h.tmpl[r] = 0;
     smpFillRow(h.row + (size_t)r * V, V, h.kind[r], &g);
     smpRoundRow(&h, r);
     smpFilter f = {1.0f, 0, 1.0f, 0.0f};

@@ -133,7 +133,7 @@ static int testWalk(dpsComm_t comm, const smpHost* h, const smpDev* d, int n, in
 /* A greedy call that wants only tokens (scalar T = 0, seeds as an array, no
  * logprobs): dpsArgmax's pass draws; against the reference's greedy tokens
  * (NaN, +-inf and empty rows of the mixed batch included), eager and in a
- * graph. */
+ * graph; the eager call counts every row greedy. */
 static int testGreedyTokens(dpsComm_t comm, const smpHost* h, const smpDev* d, int n,
                             int64_t limit, const char* tag, cudaStream_t s) {
   const int B = (int)(h->rows / n);
@@ -156,9 +156,22 @@ static int testGreedyTokens(dpsComm_t comm, const smpHost* h, const smpDev* d, i
   for (int graph = 0; graph < 2; ++graph) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
+    dpsSampleStats_t st0, st1;
+    if (!graph) FX_CHECK_OK(dpsCommGetSampleStats(comm, &st0));
     if (graph) GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     FX_CHECK_OK(dpsVerifyChain(comm, d->logits, (int64_t)R, d->cols, d->dtype, limit, B, q.cand,
                                &p, NULL, 0.0f, &pr, &ai, &al, NULL, s));
+    if (!graph) { /* every row counted greedy, once */
+      FX_CHECK_OK(dpsCommGetSampleStats(comm, &st1));
+      FX_CHECK(st1.rows_greedy - st0.rows_greedy == R && st1.rows_fast == st0.rows_fast &&
+                   st1.rows_exact == st0.rows_exact && st1.invalid_calls == st0.invalid_calls,
+               "%s greedy tokens only: path counters grew by greedy %llu fast %llu exact %llu "
+               "invalid %llu for %zu rows",
+               tag, (unsigned long long)(st1.rows_greedy - st0.rows_greedy),
+               (unsigned long long)(st1.rows_fast - st0.rows_fast),
+               (unsigned long long)(st1.rows_exact - st0.rows_exact),
+               (unsigned long long)(st1.invalid_calls - st0.invalid_calls), R);
+    }
     if (graph) {
       GT_CUDA(cudaStreamEndCapture(s, &g));
       GT_CUDA(cudaGraphInstantiate(&ge, g, 0));
