@@ -9,7 +9,9 @@
  * None for a filter no request uses; seeds and offsets differ per row):
  *   sample_argmax   dpsArgmax on the same rows (reference: one read + argmax)
  *   sample_topk50   dpsTopK k=50 on the same rows (reference of sample_kp)
- *   sample_greedy   T = 0 for every row
+ *   sample_greedy   T = 0 for every row (an array: the sampling pass)
+ *   sample_greedy_scalar  T = 0 as the scalar, tokens only: argmax's pass
+ *                   draws (dpsSample's greedy route)
  *   sample_t        (a) T = 0.7, no filter
  *   sample_kp       (b) top-k 50 + top-p 0.9, T = 0.7
  *   sample_p        (c) top-p 0.9 alone, T = 0.7
@@ -72,6 +74,7 @@ static const DpVariant kVariants[DP_SAMPLE_OPS] = {
     {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_argmax */
     {DP_KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0, NULL, 0},        /* sample_topk50 */
     {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_greedy */
+    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 1},          /* sample_greedy_scalar */
     {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_t */
     {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0, NULL, 0},          /* sample_t_lp */
     {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0, NULL, 0},      /* sample_kp */
@@ -323,6 +326,10 @@ static int setup(const DpCase* c, const DpHost* h, DpBufs* b, DpLocal* l) {
   if (v->top_k > 0) prm.top_ks = topks;
   if (v->top_p < 1.0f) prm.top_ps = topps;
   if (v->min_p > 0.0f) prm.min_ps = minps;
+  if (v->scalar_t) {
+    prm.temperatures = NULL;
+    prm.temperature = v->temperature;
+  }
   x->params = prm;
   return l->status != DP_OK;
 }
@@ -433,7 +440,8 @@ static const char* const kAliases[] = {"sample", NULL};
  * their times. */
 const DpOp dpOpSample[DP_SAMPLE_OPS] = {
     DP_FAMILY_OP("sample_argmax", NULL), DP_FAMILY_OP("sample_topk50", NULL),
-    DP_FAMILY_OP("sample_greedy", NULL), DP_FAMILY_OP("sample_t", NULL),
+    DP_FAMILY_OP("sample_greedy", NULL), DP_FAMILY_OP("sample_greedy_scalar", NULL),
+    DP_FAMILY_OP("sample_t", NULL),
     DP_FAMILY_OP("sample_t_lp", NULL), DP_FAMILY_OP("sample_kp", NULL),
     DP_FAMILY_OP("sample_kp_lp", NULL), DP_FAMILY_OP("sample_p", NULL),
     DP_FAMILY_OP("sample_p_lp", NULL), DP_FAMILY_OP("sample_p_flat", NULL),

@@ -88,7 +88,7 @@ typedef struct {
   int logprobs;
   int flat;        /* sample: every logit of the row equal */
   const char* ref; /* verify: the member the note divides by (NULL: none) */
-  int scalar_t;    /* verify: T as the scalar (the references keep arrays) */
+  int scalar_t;    /* T as the scalar (verify: the references keep arrays) */
 } DpVariant;
 
 /* The descriptor of a member of a family on shard rows (op_sample.c,
