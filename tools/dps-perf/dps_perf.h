@@ -328,7 +328,7 @@ extern const DpOp* const dpOps[];
 extern const int dpNumOps;
 
 /* op_sample.c: the family -o sample (dpsSample's cases and their references). */
-#define DP_SAMPLE_OPS 12
+#define DP_SAMPLE_OPS 13
 extern const DpOp dpOpSample[DP_SAMPLE_OPS];
 
 /* op_verify.c: the family -o verify (dpsVerifyChain's cases and their references). */

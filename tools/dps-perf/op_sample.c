@@ -14,6 +14,9 @@
  *                   draws (dpsSample's greedy route)
  *   sample_t        (a) T = 0.7, no filter
  *   sample_kp       (b) top-k 50 + top-p 0.9, T = 0.7
+ *   sample_kp_mixed (b) on even rows, temperature only on odd rows (top-k 0
+ *                   and top-p 1 in the arrays, as a batch whose requests
+ *                   differ: the race and the candidates in one call)
  *   sample_p        (c) top-p 0.9 alone, T = 0.7
  *   sample_p_flat   (d) top-p 0.9, T = 0.7, every logit of the row equal (the
  *                   nucleus is 90% of the vocabulary: the threshold search)
@@ -70,22 +73,27 @@
 
 /* In the order of dpOpSample[] below. */
 static const DpVariant kVariants[DP_SAMPLE_OPS] = {
-    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t */
-    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_argmax */
-    {DP_KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0, NULL, 0},        /* sample_topk50 */
-    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_greedy */
-    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 1},          /* sample_greedy_scalar */
-    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},          /* sample_t */
-    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0, NULL, 0},          /* sample_t_lp */
-    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0, NULL, 0},      /* sample_kp */
-    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 1, 0, NULL, 0},      /* sample_kp_lp */
-    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 0, NULL, 0},          /* sample_p */
-    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 1, 0, NULL, 0},          /* sample_p_lp */
-    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 1, NULL, 0},          /* sample_p_flat */
-    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.1f, 0, 0, NULL, 0},          /* sample_minp */
+    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t, mixed */
+    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0, 0},          /* sample_argmax */
+    {DP_KIND_TOPK, 0.0f, SMP_K, 1.0f, 0.0f, 0, 0, NULL, 0, 0},        /* sample_topk50 */
+    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0, 0},          /* sample_greedy */
+    {DP_KIND_SAMPLE, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 1, 0},          /* sample_greedy_scalar */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 0, 0, NULL, 0, 0},          /* sample_t */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.0f, 1, 0, NULL, 0, 0},          /* sample_t_lp */
+    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0, NULL, 0, 0},      /* sample_kp */
+    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 1, 0, NULL, 0, 0},      /* sample_kp_lp */
+    {DP_KIND_SAMPLE, 0.7f, SMP_K, 0.9f, 0.0f, 0, 0, NULL, 0, 1},      /* sample_kp_mixed */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 0, NULL, 0, 0},          /* sample_p */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 1, 0, NULL, 0, 0},          /* sample_p_lp */
+    {DP_KIND_SAMPLE, 0.7f, 0, 0.9f, 0.0f, 0, 1, NULL, 0, 0},          /* sample_p_flat */
+    {DP_KIND_SAMPLE, 0.7f, 0, 1.0f, 0.1f, 0, 0, NULL, 0, 0},          /* sample_minp */
 };
 
 static const DpVariant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpSample]; }
+
+/* Row i's top-k and top-p (the mixed member's odd rows have neither). */
+static int rowTopK(const DpVariant* v, int64_t i) { return v->mixed && (i & 1) ? 0 : v->top_k; }
+static float rowTopP(const DpVariant* v, int64_t i) { return v->mixed && (i & 1) ? 1.0f : v->top_p; }
 
 /* ---- the rows ---------------------------------------------------------------- */
 
@@ -247,8 +255,8 @@ static int hostInit(const DpCase* c, int rank, int tp, DpHost* h) {
   float* minps = (float*)h->in[IN_MINPS].step[0];
   for (int64_t i = 0; i < rows; ++i) {
     temps[i] = v->temperature;
-    topks[i] = v->top_k;
-    topps[i] = v->top_p;
+    topks[i] = rowTopK(v, i);
+    topps[i] = rowTopP(v, i);
     minps[i] = v->min_p;
   }
   /* the exact reference's rows: spread over the batch, the last one included */
@@ -275,8 +283,8 @@ static int hostInit(const DpCase* c, int rank, int tp, DpHost* h) {
       if (v->kind == DP_KIND_SAMPLE && next_ref < x->nref && x->ref_row[next_ref] == i) {
         fxSampleParams p = fxSampleParamsDefault(V);
         p.temperature = v->temperature;
-        p.top_k = v->top_k;
-        p.top_p = v->top_p;
+        p.top_k = rowTopK(v, i);
+        p.top_p = rowTopP(v, i);
         p.min_p = v->min_p;
         float lp = 0.f;
         if (fxRefSampleToken(row, V, &p, seeds[i], offsets[i], &x->ref_tok[k][next_ref], &lp) !=
@@ -358,10 +366,11 @@ static int wrongRow(const DpCase* c, const DpVariant* v, const HostRef* h, int k
   rowHeads(i, k + 1, V, c->dtype, &hd);
   const float lt = logitAt(v, i, tok, k + 1, &hd);
   if (!isfinite(lt)) return 1;
-  if (v->top_k > 0 && v->temperature > 0.0f) {
+  const int rk = rowTopK(v, i);
+  if (rk > 0 && v->temperature > 0.0f) {
     /* in the top-k: above the k-th, or tied with it at a lower index */
-    const float vk = topv[v->top_k - 1];
-    if (!(lt > vk || (lt == vk && tok <= top[v->top_k - 1]))) return 1;
+    const float vk = topv[rk - 1];
+    if (!(lt > vk || (lt == vk && tok <= top[rk - 1]))) return 1;
   }
   if (v->min_p > 0.0f && v->temperature > 0.0f &&
       ((double)lt - (double)topv[0]) / v->temperature < log((double)v->min_p) - 1e-4)
@@ -439,11 +448,11 @@ static const char* const kAliases[] = {"sample", NULL};
 /* sample_argmax and sample_topk50 first: the other members' notes divide by
  * their times. */
 const DpOp dpOpSample[DP_SAMPLE_OPS] = {
-    DP_FAMILY_OP("sample_argmax", NULL), DP_FAMILY_OP("sample_topk50", NULL),
-    DP_FAMILY_OP("sample_greedy", NULL), DP_FAMILY_OP("sample_greedy_scalar", NULL),
-    DP_FAMILY_OP("sample_t", NULL),
-    DP_FAMILY_OP("sample_t_lp", NULL), DP_FAMILY_OP("sample_kp", NULL),
-    DP_FAMILY_OP("sample_kp_lp", NULL), DP_FAMILY_OP("sample_p", NULL),
-    DP_FAMILY_OP("sample_p_lp", NULL), DP_FAMILY_OP("sample_p_flat", NULL),
+    DP_FAMILY_OP("sample_argmax", NULL),   DP_FAMILY_OP("sample_topk50", NULL),
+    DP_FAMILY_OP("sample_greedy", NULL),   DP_FAMILY_OP("sample_greedy_scalar", NULL),
+    DP_FAMILY_OP("sample_t", NULL),        DP_FAMILY_OP("sample_t_lp", NULL),
+    DP_FAMILY_OP("sample_kp", NULL),       DP_FAMILY_OP("sample_kp_lp", NULL),
+    DP_FAMILY_OP("sample_kp_mixed", NULL), DP_FAMILY_OP("sample_p", NULL),
+    DP_FAMILY_OP("sample_p_lp", NULL),     DP_FAMILY_OP("sample_p_flat", NULL),
     DP_FAMILY_OP("sample_minp", NULL),
 };

@@ -84,15 +84,15 @@
 
 /* In the order of dpOpVerify[] below. */
 static const DpVariant kVariants[DP_VERIFY_OPS] = {
-    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t */
-    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0},                   /* verify_ref_argmax */
-    {DP_KIND_SAMPLE, VFY_T, 0, 1.0f, 0.0f, 0, 0, NULL, 0}, /* verify_ref_sample_t */
-    {DP_KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, NULL, 0},             /* verify_ref_sample */
-    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 0},       /* verify_greedy */
-    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 1}, /* verify_greedy_scalar */
-    {DP_KIND_VERIFY, VFY_T, 0, 1.0f, 0.0f, 0, 0, VFY_REF "sample_t", 0},    /* verify_t */
-    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, VFY_REF "sample", 0}, /* verify_kp */
-    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 1, 0, VFY_REF "sample", 0}, /* verify_kp_lp */
+    /* kind, T, top_k, top_p, min_p, logprobs, flat, ref, scalar_t, mixed */
+    {DP_KIND_ARGMAX, 0.0f, 0, 1.0f, 0.0f, 0, 0, NULL, 0, 0},                   /* verify_ref_argmax */
+    {DP_KIND_SAMPLE, VFY_T, 0, 1.0f, 0.0f, 0, 0, NULL, 0, 0}, /* verify_ref_sample_t */
+    {DP_KIND_SAMPLE, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, NULL, 0, 0},             /* verify_ref_sample */
+    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 0, 0},       /* verify_greedy */
+    {DP_KIND_VERIFY, 0.0f, 0, 1.0f, 0.0f, 0, 0, VFY_REF "argmax", 1, 0}, /* verify_greedy_scalar */
+    {DP_KIND_VERIFY, VFY_T, 0, 1.0f, 0.0f, 0, 0, VFY_REF "sample_t", 0, 0},    /* verify_t */
+    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 0, 0, VFY_REF "sample", 0, 0}, /* verify_kp */
+    {DP_KIND_VERIFY, VFY_T, VFY_K, VFY_P, 0.0f, 1, 0, VFY_REF "sample", 0, 0}, /* verify_kp_lp */
 };
 
 static const DpVariant* variantOf(const DpCase* c) { return &kVariants[c->op - dpOpVerify]; }

@@ -16,9 +16,9 @@ const DpOp* const dpOps[] = {
     &dpOpSwap,       &dpOpGather,     &dpOpLogprobs,   &dpOpArgmax,     &dpOpArgmaxLse,
     &dpOpTopk,       &dpOpSample[0],  &dpOpSample[1],  &dpOpSample[2],  &dpOpSample[3],
     &dpOpSample[4],  &dpOpSample[5],  &dpOpSample[6],  &dpOpSample[7],  &dpOpSample[8],
-    &dpOpSample[9],  &dpOpSample[10], &dpOpSample[11], &dpOpVerify[0],  &dpOpVerify[1],
-    &dpOpVerify[2],  &dpOpVerify[3],  &dpOpVerify[4],  &dpOpVerify[5],  &dpOpVerify[6],
-    &dpOpVerify[7]};
+    &dpOpSample[9],  &dpOpSample[10], &dpOpSample[11], &dpOpSample[12], &dpOpVerify[0],
+    &dpOpVerify[1],  &dpOpVerify[2],  &dpOpVerify[3],  &dpOpVerify[4],  &dpOpVerify[5],
+    &dpOpVerify[6],  &dpOpVerify[7]};
 /* every family member listed (a member left out can never run) */
 _Static_assert(sizeof dpOps / sizeof dpOps[0] == 6 + DP_SAMPLE_OPS + DP_VERIFY_OPS,
                "dpOps[]: list every member of dpOpSample[] and dpOpVerify[]");

@@ -89,6 +89,7 @@ typedef struct {
   int flat;        /* sample: every logit of the row equal */
   const char* ref; /* verify: the member the note divides by (NULL: none) */
   int scalar_t;    /* T as the scalar (verify: the references keep arrays) */
+  int mixed;       /* sample: odd rows without top-k and top-p (temperature only) */
 } DpVariant;
 
 /* The descriptor of a member of a family on shard rows (op_sample.c,
