@@ -19,7 +19,9 @@ const DpOp* const dpOps[] = {
     &dpOpSample[9],  &dpOpSample[10], &dpOpSample[11], &dpOpSample[12], &dpOpVerify[0],
     &dpOpVerify[1],  &dpOpVerify[2],  &dpOpVerify[3],  &dpOpVerify[4],  &dpOpVerify[5],
     &dpOpVerify[6],  &dpOpVerify[7]};
-/* every family member listed (a member left out can never run) */
+/* every family member listed (a member left out can never run; one fell out
+ * once); 6: the single operations at the head of the table */
 _Static_assert(sizeof dpOps / sizeof dpOps[0] == 6 + DP_SAMPLE_OPS + DP_VERIFY_OPS,
-               "dpOps[]: list every member of dpOpSample[] and dpOpVerify[]");
+               "dpOps[]: list every single operation and every member of dpOpSample[] and "
+               "dpOpVerify[] (and count the single ones here)");
 const int dpNumOps = (int)(sizeof dpOps / sizeof dpOps[0]);
