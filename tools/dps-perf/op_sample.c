@@ -4,7 +4,8 @@
  * shard's bytes (algbw = logits bytes / time), the efficiency is against the
  * HBM read peak, as for argmax and topk.
  *
- * Members (every parameter a device array [rows], as an engine passes them;
+ * Members (every parameter a device array [rows], as an engine passes them,
+ * but sample_greedy_scalar's temperature;
  * top_k / top_p / min_p arrays only where the case uses them, as vLLM passes
  * None for a filter no request uses; seeds and offsets differ per row):
  *   sample_argmax   dpsArgmax on the same rows (reference: one read + argmax)
