@@ -607,4 +607,21 @@ GT_FN long smpCheckSame(const char* what, int64_t n, const int64_t* tok, const f
   return bad;
 }
 
+/* The path counters grew by exactly (greedy, fast, exact) between two reads,
+ * and no call was counted invalid: 0, else 1 with the deltas printed. */
+GT_FN int smpExpectPaths(const char* what, const dpsSampleStats_t* st0,
+                         const dpsSampleStats_t* st1, uint64_t greedy, uint64_t fast,
+                         uint64_t exact) {
+  const uint64_t dg = st1->rows_greedy - st0->rows_greedy, df = st1->rows_fast - st0->rows_fast,
+                 de = st1->rows_exact - st0->rows_exact,
+                 di = st1->invalid_calls - st0->invalid_calls;
+  FX_CHECK(dg == greedy && df == fast && de == exact && di == 0,
+           "%s: path counters grew by greedy %llu fast %llu exact %llu invalid %llu; want %llu, "
+           "%llu, %llu, 0",
+           what, (unsigned long long)dg, (unsigned long long)df, (unsigned long long)de,
+           (unsigned long long)di, (unsigned long long)greedy, (unsigned long long)fast,
+           (unsigned long long)exact);
+  return 0;
+}
+
 #endif /* DPS_SAMPLE_COMMON_H_ */
