@@ -183,28 +183,66 @@ def log_det(x):
     return de * 6.93147180369123816490e-01 + small
 
 
-def sample_bits(seed, offset, index):
-    """x of (seed, offset, global index), the mapping of docs/sampling.md:
-    two Philox4x32-10 streams d = 0 (the high 16 bits of x) and d = 1 (the
-    low 16), key (seed lo, seed hi), counter (q lo, q hi | d << 31,
-    offset lo, offset hi) with q = index >> 3; the index takes 16-bit half
-    index & 1 (0: bits 0..15, 1: bits 16..31) of word (index >> 1) & 3 of
-    each stream's output. seed and offset are uint64, index int64 >= 0."""
-    q = index >> 3
+GROUP = 8  # indices per group (g = index >> 3, t = index & 7)
+
+
+def _sample_philox(seed, offset, q, d):
+    """P(q, d): the Philox4x32-10 call of counter q in stream d (0: the
+    indices' words, 1: the groups'): counter (q lo, q hi | d << 31, offset
+    lo, offset hi), key (seed lo, seed hi)."""
     key = (seed & _M32, (seed >> 32) & _M32)
-
-    def half(d):
-        ctr = (q & _M32, (q >> 32) | (d << 31), offset & _M32, (offset >> 32) & _M32)
-        word = philox4x32_10(ctr, key)[(index >> 1) & 3]
-        return (word >> (16 * (index & 1))) & 0xFFFF
-
-    return (half(0) << 16) | half(1)
+    ctr = (q & _M32, (q >> 32) | (d << 31), offset & _M32, (offset >> 32) & _M32)
+    return philox4x32_10(ctr, key)
 
 
-def sample_gumbel(seed, offset, index):
-    """G = -log(-log(U)), U = (x + 0.5) 2^-32, with the deterministic log."""
-    u = (sample_bits(seed, offset, index) + 0.5) * 2.3283064365386962890625e-10
-    return -log_det(-log_det(u))
+def sample_group_call(index):
+    """(q, r): the group word of index's group g = index >> 3 is word r =
+    (g >> 5) & 3 of stream 1's call q = ((g >> 7) << 5) | (g & 31) (the
+    groups g, g + 32, g + 64, g + 96 of an aligned run of 128 share it)."""
+    g = index >> 3
+    return ((g >> 7) << 5) | (g & 31), (g >> 5) & 3
+
+
+def sample_group_word(seed, offset, index):
+    """w of (seed, offset, global index): the word of index's group, the
+    mapping of docs/sampling.md. seed and offset are uint64, index int64 >= 0."""
+    q, r = sample_group_call(index)
+    return _sample_philox(seed, offset, q, 1)[r]
+
+
+def sample_index_bits(seed, offset, index):
+    """x of (seed, offset, global index): word index & 3 of stream 0's call
+    q = index >> 2 (one call serves 4 indices)."""
+    return _sample_philox(seed, offset, index >> 2, 0)[index & 3]
+
+
+def sample_exp(x):
+    """-log(U), U = (x + 0.5) 2^-32 (exact in double): Exp(1), in [2^-33, 22.87]."""
+    return -log_det((x + 0.5) * 2.3283064365386962890625e-10)
+
+
+def sample_group_min(w):
+    """Emin of a group word w: -log(Um) / 8 with Um = ((w >> 3) + 0.5) 2^-29
+    (exact): Exp(8), in [1.16e-10, 2.60]. The group's minimum sits at its
+    position w & 7."""
+    return -log_det(((w >> 3) + 0.5) * 1.862645149230957031e-09) * 0.125
+
+
+def sample_exp_noise(seed, offset, index, w=None):
+    """E of (seed, offset, index): Emin at the group's position (index & 7 ==
+    w & 7), Emin + (-log U(x)) elsewhere (one double add). w: the group's
+    word when the caller has it already."""
+    if w is None:
+        w = sample_group_word(seed, offset, index)
+    emin = sample_group_min(w)
+    if index & 7 == w & 7:
+        return emin
+    return emin + sample_exp(sample_index_bits(seed, offset, index))
+
+
+def sample_gumbel(seed, offset, index, w=None):
+    """G = -log(E), standard Gumbel, with the deterministic log: in [-3.24, 22.87]."""
+    return -log_det(sample_exp_noise(seed, offset, index, w))
 
 
 def sample_token_ref(row, kept, temperature, seed, offset):
@@ -214,9 +252,14 @@ def sample_token_ref(row, kept, temperature, seed, offset):
     if len(kept) == 1:
         return next(iter(kept))
     T = f32(temperature)
+    seed, offset = seed % 2**64, offset % 2**64
+    calls = {}  # stream 1's calls, each once (4 groups' words)
     token, best = None, None
     for i in sorted(kept):
-        key = f32(f32(row[i] / T) + sample_gumbel(seed % 2**64, offset % 2**64, i))
+        q, r = sample_group_call(i)
+        if q not in calls:
+            calls[q] = _sample_philox(seed, offset, q, 1)
+        key = f32(f32(row[i] / T) + sample_gumbel(seed, offset, i, calls[q][r]))
         if best is None or key > best:
             token, best = i, key
     return token

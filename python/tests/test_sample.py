@@ -52,33 +52,91 @@ def test_philox_matches_random123_kat_and_the_library_pins():
     ]
     for ctr, key, want in kat:
         assert refs.philox4x32_10(ctr, key) == want
-    # tests/cpu/test_sample_ref.c's pins: (seed, offset, index, x, bits of G);
-    # indices 0..7 of (0, 0) share both Philox calls: x's high half is half
-    # i & 1 of word (i >> 1) & 3 of stream 0, whose words at (0, 0) are the
-    # first KAT vector's (e.g. 0x6627E8D5: index 0 gets 0xE8D5, index 1 0x6627)
+    # tests/cpu/test_sample_ref.c's pins: (seed, offset, index, w, x, bits of G),
+    # computed by this file's refs (the mapping written out in plain Python)
+    # and equal to the C header's. Indices 0..3 of (0, 0) share the index
+    # stream's call q = 0, whose counter and key are all zeros: their x are
+    # the first KAT vector's words, in order. 0x7, 0x102 and (0xDEADBEEFCAFEBABE,
+    # 7) 0x1869E sit at their group's position (w & 7 == index & 7: G =
+    # -log(Emin)); 0x100, 0x200, 0x300 take words 1..3 of group 0's call
+    # (groups 32, 64, 96), 0x400 the next run's first call (q = 32); the
+    # others reach both words of seed, offset and q.
     pins = [
-        (0x0, 0x0, 0x0, 0xE8D50CCF, 0x4002D7C739BD320E),
-        (0x0, 0x0, 0x1, 0x6627A2B2, 0x3FB5B6085AD39485),
-        (0x0, 0x0, 0x2, 0xC58D8772, 0x3FF59AB0864D84AE),
-        (0x0, 0x0, 0x3, 0xE1695140, 0x40007E27D1759261),
-        (0x0, 0x0, 0x4, 0xAC4CF7EF, 0x3FEDA5E66FD02518),
-        (0x0, 0x0, 0x5, 0xBC5794FC, 0x3FF2E619953A2283),
-        (0x0, 0x0, 0x6, 0xDBD8835A, 0x3FFE1D95F5B2E303),
-        (0x0, 0x0, 0x7, 0x9B00B688, 0x3FE611E528207253),
-        (0x1, 0x0, 0x0, 0x0670D61D, 0xBFF4DB8BA173BF82),
-        (0x0, 0x1, 0x0, 0x15E1559E, 0xBFECCCC5AAE4BEDC),
-        (0x123456789ABCDEF, 0x2A, 0x2517F, 0x752966FC, 0x3FCF89812A45E503),
-        (0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0xE2F168CF,
-         0x4000EE262217C0AB),
-        (0x3039, 0x100000000, 0x100000007, 0x07602252, 0xBFF441F777FCF513),
-        (0xDEADBEEFCAFEBABE, 0x7, 0x1869F, 0xC687BF0E, 0x3FF5E9711BBA5DFE),
+        (0x0, 0x0, 0x0, 0xA2B20CCF, 0x6627E8D5, 0x3F9991A39EBD1D03),
+        (0x0, 0x0, 0x1, 0xA2B20CCF, 0xE169C58D, 0x3FFB17EA0E6230B8),
+        (0x0, 0x0, 0x2, 0xA2B20CCF, 0xBC57AC4C, 0x3FF0302DE2F2B368),
+        (0x0, 0x0, 0x3, 0xA2B20CCF, 0x9B00DBD8, 0x3FE2A56AF046A9D8),
+        (0x0, 0x0, 0x4, 0xA2B20CCF, 0xF8E4CCA4, 0x4003BD0828D5A9D6),
+        (0x0, 0x0, 0x7, 0xA2B20CCF, 0x097EFF67, 0x4006F716EC2BBFBF),
+        (0x0, 0x0, 0x8, 0x4D789CC1, 0x04FAA329, 0xBFF688BEFF289113),
+        (0x0, 0x0, 0x100, 0x51408772, 0x2464D502, 0xBFE7A768DFD396AF),
+        (0x0, 0x0, 0x102, 0x51408772, 0x24AD2063, 0x3FFF1168BCCC81FE),
+        (0x0, 0x0, 0x200, 0x94FCF7EF, 0xDDF3C327, 0x3FF8F105D55F529A),
+        (0x0, 0x0, 0x300, 0xB688835A, 0x3D1B5B8E, 0xBFD8DDED449652E2),
+        (0x0, 0x0, 0x400, 0xF7FF595C, 0xC2972A5A, 0x3FF477BF5E584F4C),
+        (0x1, 0x0, 0x0, 0x34A4D61D, 0xE3E80670, 0x3FF2895B0E767714),
+        (0x0, 0x1, 0x0, 0xBD7F559E, 0x844515E1, 0x3FD70433FAF78A9B),
+        (0x123456789ABCDEF, 0x2A, 0x2517F, 0x235F0496, 0x52FF57F6, 0xBFD452F9E3AB89B0),
+        (0xFFFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF, 0x5CE0CC3D, 0x69DA1AC1,
+         0xBF841E6439F4726E),
+        (0x3039, 0x100000000, 0x100000007, 0x53D4EBB5, 0xC26AC628, 0x3FEC2A40F5C62B88),
+        (0xDEADBEEFCAFEBABE, 0x7, 0x1869F, 0x05169C7E, 0x82CC2DF8, 0xBFC32445FEBF5328),
+        (0xDEADBEEFCAFEBABE, 0x7, 0x1869E, 0x05169C7E, 0x6D8712C3, 0x3FE6D776FC557551),
+        (0x2A, 0x3, 0x123456789ABC, 0x06B4EAF6, 0x691BB0B5, 0xBFD2FD8D7BD8B05B),
     ]
     kat0 = kat[0][2]
-    for i in range(8):  # the high halves at (0, 0) are the KAT words' halves
-        assert pins[i][3] >> 16 == (kat0[i >> 1] >> (16 * (i & 1))) & 0xFFFF
-    for seed, offset, index, x, g_bits in pins:
-        assert refs.sample_bits(seed, offset, index) == x
+    for i in range(4):  # x of indices 0..3 at (0, 0): the KAT words
+        assert pins[i][4] == kat0[i]
+    at_pos = 0
+    for seed, offset, index, w, x, g_bits in pins:
+        assert refs.sample_group_word(seed, offset, index) == w
+        assert refs.sample_index_bits(seed, offset, index) == x
         assert refs._bits(refs.sample_gumbel(seed, offset, index)) == g_bits
+        if index & 7 == w & 7:  # the group's position: E = Emin, G = -log(Emin)
+            at_pos += 1
+            assert refs.sample_gumbel(seed, offset, index) == -refs.log_det(
+                refs.sample_group_min(w))
+    assert at_pos == 3
+    # the group word written out from the raw Philox: group 0x20 (index
+    # 0x100) is word 1 of stream 1's call q = 0, as group 0's is word 0
+    g_call = refs.philox4x32_10((0, 1 << 31, 0, 0), (0, 0))
+    assert (g_call[0], g_call[1]) == (pins[0][3], pins[7][3])
+    assert (g_call[2], g_call[3]) == (pins[9][3], pins[10][3])
+
+
+def test_noise_follows_the_documented_ranges():
+    """The noise against libm and its ranges: -log(U(x)) within a few double
+    ulps of -math.log(U) and in [2^-33, 22.874] (33 ln 2 = 22.8739); Emin =
+    -log(Um) / 8 in [1.16e-10, 2.60] (30 ln 2 / 8 = 2.59930); G = -log(E) in
+    [-3.24, 22.87], the extremes at the largest E (Emin and -log U both
+    largest) and at the smallest Emin (a group's position)."""
+    rng = random.Random(3)
+    for x in [0, 1, 2, 7, 8, 0x7FFFFFFF, 0x80000000, 0xFFFFFFF8, 0xFFFFFFFE, 0xFFFFFFFF] + [
+            rng.getrandbits(32) for _ in range(2000)]:
+        u = (x + 0.5) * 2.0**-32
+        e = refs.sample_exp(x)
+        assert abs(e - (-math.log(u))) <= 4e-15 * -math.log(u)
+        assert 2.0**-33 <= e <= 22.874
+        um = ((x >> 3) + 0.5) * 2.0**-29
+        emin = refs.sample_group_min(x)
+        assert abs(emin - (-math.log(um) / 8)) <= 4e-15 * (-math.log(um) / 8)
+        assert 1.16e-10 < emin < 2.6
+    emin_hi, emin_lo = refs.sample_group_min(0), refs.sample_group_min(0xFFFFFFFF)
+    assert 2.5993 < emin_hi < 2.5994 and 1.164e-10 < emin_lo < 1.165e-10
+    e_hi = emin_hi + refs.sample_exp(0)
+    assert 25.47 < e_hi < 25.48
+    g_lo, g_hi = -refs.log_det(e_hi), -refs.log_det(emin_lo)
+    assert -3.238 < g_lo < -3.237 and 22.87 < g_hi < 22.88
+    assert g_hi - g_lo < 26.2
+    # over a few groups: the group's largest G sits at pos = w & 7, it is
+    # -log(Emin), and the group's other G are below it
+    for seed, offset, group in [(5, 6, 0), (5, 6, 1), (5, 6, 33), (0xFEED, 2**40, 2**35 + 7)]:
+        w = refs.sample_group_word(seed, offset, group * 8)
+        g = [refs.sample_gumbel(seed, offset, group * 8 + t) for t in range(8)]
+        assert all(refs.sample_group_word(seed, offset, group * 8 + t) == w for t in range(8))
+        assert max(range(8), key=lambda t: g[t]) == w & 7
+        assert g[w & 7] == -refs.log_det(refs.sample_group_min(w))
+        assert sum(v == g[w & 7] for v in g) == 1
 
 
 def test_log_det_is_a_log():

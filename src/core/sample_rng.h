@@ -1,39 +1,53 @@
 /* The sampling noise and the scalar rules of dpsSample, one definition for the
  * host (C11) and the device (CUDA): the kernels, the host reference
- * (tests/fixtures/sample_ref.c) and the tests all use these functions, so
+ * (testing/sample_ref.c) and the tests all use these functions, so
  * that a token drawn on the GPU can be reproduced bit for bit on the host.
  * docs/sampling.md restates the mapping for users.
  *
  * THE MAPPING (row with seed s: uint64, offset o: uint64; global vocabulary
- * index i: int64 >= 0):
+ * index i: int64 >= 0). The indices come in groups of 8 (g = i >> 3, t =
+ * i & 7); a group's smallest exponential is drawn first, then every other
+ * index's excess over it (the memorylessness of the exponential):
  *
- *   key     = { (uint32)s, (uint32)(s >> 32) }
- *   q       = i >> 3                     (one Philox call serves 8 indices)
- *   ctr(d)  = { (uint32)q, (uint32)(q >> 32) | d << 31, (uint32)o, (uint32)(o >> 32) }
- *   half(P) = 16-bit half (i & 1) of word ((i >> 1) & 3) of P    (half 0:
- *             bits 0..15, half 1: bits 16..31)
- *   x       = half(Philox4x32-10(ctr(0), key)) << 16
- *           | half(Philox4x32-10(ctr(1), key))              (Random123)
- *   U       = (x + 0.5) * 2^-32                               (double, exact)
- *   G       = -dpsLogDet(-dpsLogDet(U))                       (double)
- *   score   = l_i / T                                  (fp32, round to nearest)
- *   key_i   = (float)((double)score + G)               (one double add, then
- *                                                       round to nearest fp32)
- *   token   = the i of K with the largest key_i, ties to the lower index.
+ *   key      = { (uint32)s, (uint32)(s >> 32) }
+ *   P(q, d)  = Philox4x32-10({ (uint32)q, (uint32)(q >> 32) | d << 31,
+ *                              (uint32)o, (uint32)(o >> 32) }, key)  (Random123)
+ *   w        = P(((g >> 7) << 5) | (g & 31), 1)[(g >> 5) & 3]   (the group's
+ *              word: the groups g, g+32, g+64, g+96 of an aligned run of 128
+ *              share one call)
+ *   pos      = w & 7                      (the index of g holding the minimum)
+ *   Um       = ((w >> 3) + 0.5) * 2^-29   (double, exact)
+ *   Emin     = -dpsLogDet(Um) * 0.125     (double; Exp(8))
+ *   x        = P(i >> 2, 0)[i & 3]        (the index's own word)
+ *   U        = (x + 0.5) * 2^-32          (double, exact)
+ *   E        = Emin                          if t == pos
+ *              Emin + (-dpsLogDet(U))        otherwise   (one double add)
+ *   G        = -dpsLogDet(E)              (double)
+ *   score    = l_i / T                    (fp32, round to nearest)
+ *   key_i    = (float)((double)score + G) (one double add, then round to
+ *                                          nearest fp32)
+ *   token    = the i of K with the largest key_i, ties to the lower index.
  *
- * Why x in two halves from two Philox streams: the race needs the exact
- * noise of a handful of indices per row only. The high half fixes U to
- * within 2^-16, which bounds G from above; the kernels compute the high
- * halves of the indices they visit (one Philox call serves 8) and the low
- * half (a second call) only where that bound lets the index reach the best
- * key so far. (q < 2^60, so bit 31 of ctr[1] is free for the stream d.)
+ * Why exact: 8 i.i.d. Exp(1) variables are, jointly, their minimum (Exp(8),
+ * which -log(Um) / 8 is), its position (uniform, independent of the minimum)
+ * and the excesses of the 7 others over it (i.i.d. Exp(1), independent of
+ * both). So E is i.i.d. Exp(1) over all indices, G = -log E i.i.d. standard
+ * Gumbel, and argmax (score + G) is distributed as softmax(score) over K (for
+ * any K: the indices outside it take no part).
+ *
+ * Why groups: G <= -log(Emin) over the whole group, so one word bounds the
+ * noise of 8 indices, and one Philox call serves 32 indices; the kernels
+ * compute an index's own word only where its group's bound lets it reach the
+ * best key so far: a few indices per row. The strided sharing (g, g+32, ...)
+ * lets lane l of a warp reading 32 consecutive groups 4 times draw its 4
+ * groups' words in one call. (i >> 2 < 2^62, so bit 31 of the counter's word
+ * 1 is free for the stream d.)
  *
  * Why U in double: x + 0.5 needs 33 bits, so (x + 0.5) * 2^-32 is exact in
  * double; U lies in [2^-33, 1 - 2^-33], never 0 or 1, and all 2^32 values of
- * x stay distinct. (In float, x + 0.5f rounds to 2^32 for large x, i.e.
- * U == 1 and G == +inf; the float variant would have to drop 8 bits first.)
- * G then lies in [-3.13, 22.87] (finite), and a kept index whose score is
- * more than 26 below the row's best can never win (probability e^-26 there).
+ * x stay distinct (likewise Um with 29 bits). Emin then lies in [1.16e-10,
+ * 2.60], E in [1.16e-10, 25.47], G in [-3.24, 22.87] (finite): a kept index
+ * whose score is more than 26.2 below the row's best can never win.
  *
  * Why the key is rounded to fp32: the kernels compare and exchange 32-bit
  * keys (an order key with the index packed below it in 64 bits, as
@@ -182,37 +196,46 @@ DPS_RNG_HD void dpsPhilox4x32_10(const uint32_t ctr[4], const uint32_t key[2], u
   out[3] = c3;
 }
 
-/* The Philox counter of (offset, index) in stream d (0: the high halves,
- * 1: the low halves): one call serves the 8 indices 8q .. 8q+7. */
-DPS_RNG_HD void dpsSampleCounter(uint64_t offset, int64_t index, uint32_t d, uint32_t ctr[4]) {
-  const uint64_t q = (uint64_t)index >> 3;
-  ctr[0] = (uint32_t)q;
-  ctr[1] = (uint32_t)(q >> 32) | (d << 31);
-  ctr[2] = (uint32_t)offset;
-  ctr[3] = (uint32_t)(offset >> 32);
-}
+/* Indices per group (the mapping above): 8; groups per Philox call: 4. */
+#define DPS_SAMPLE_GROUP 8
 
-/* The 16-bit half of a Philox output that belongs to index (selects, not an
- * indexed array: on the device the words stay in registers). */
-DPS_RNG_HD uint32_t dpsSampleHalf(const uint32_t out[4], int64_t index) {
-  const uint32_t r = (uint32_t)((uint64_t)index & 7u);
-  const uint32_t w = (r >> 1) == 0u ? out[0] : (r >> 1) == 1u ? out[1] : (r >> 1) == 2u ? out[2] : out[3];
-  return (r & 1u) ? w >> 16 : w & 0xffffu;
-}
-
-/* One 16-bit half of x of (seed, offset, index): stream 0 the high, 1 the low. */
-DPS_RNG_HD uint32_t dpsSampleHalfBits(uint64_t seed, uint64_t offset, int64_t index, uint32_t d) {
-  uint32_t ctr[4], out[4];
-  dpsSampleCounter(offset, index, d, ctr);
+/* The Philox call q of stream d (0: the indices' words, 1: the groups'). */
+DPS_RNG_HD void dpsSamplePhilox(uint64_t seed, uint64_t offset, uint64_t q, uint32_t d,
+                                uint32_t out[4]) {
+  const uint32_t ctr[4] = {(uint32_t)q, (uint32_t)(q >> 32) | (d << 31), (uint32_t)offset,
+                           (uint32_t)(offset >> 32)};
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   dpsPhilox4x32_10(ctr, key, out);
-  return dpsSampleHalf(out, index);
 }
 
-/* x of (seed, offset, index), the mapping above. */
-DPS_RNG_HD uint32_t dpsSampleBits(uint64_t seed, uint64_t offset, int64_t index) {
-  return (dpsSampleHalfBits(seed, offset, index, 0u) << 16) |
-         dpsSampleHalfBits(seed, offset, index, 1u);
+/* Word r (0..3) of a Philox output (selects, not an indexed array: on the
+ * device the words stay in registers). */
+DPS_RNG_HD uint32_t dpsSampleWord(const uint32_t w[4], uint32_t r) {
+  return r == 0u ? w[0] : r == 1u ? w[1] : r == 2u ? w[2] : w[3];
+}
+
+/* The group call of index i: the groups g, g + 32, g + 64, g + 96 of an
+ * aligned run of 128 groups (1024 indices) share it, word (g >> 5) & 3. */
+DPS_RNG_HD uint64_t dpsSampleGroupCall(int64_t index) {
+  const uint64_t g = (uint64_t)index >> 3;
+  return ((g >> 7) << 5) | (g & 31u);
+}
+DPS_RNG_HD uint32_t dpsSampleGroupSlot(int64_t index) {
+  return (uint32_t)(((uint64_t)index >> 8) & 3u);
+}
+
+/* w of (seed, offset, index): the word of index's group. */
+DPS_RNG_HD uint32_t dpsSampleGroupWord(uint64_t seed, uint64_t offset, int64_t index) {
+  uint32_t w[4];
+  dpsSamplePhilox(seed, offset, dpsSampleGroupCall(index), 1u, w);
+  return dpsSampleWord(w, dpsSampleGroupSlot(index));
+}
+
+/* x of (seed, offset, index): word i & 3 of the index stream's call i >> 2. */
+DPS_RNG_HD uint32_t dpsSampleIndexBits(uint64_t seed, uint64_t offset, int64_t index) {
+  uint32_t w[4];
+  dpsSamplePhilox(seed, offset, (uint64_t)index >> 2, 0u, w);
+  return dpsSampleWord(w, (uint32_t)((uint64_t)index & 3u));
 }
 
 /* ---- exact IEEE-754 operations, never contracted --------------------------- */
@@ -268,6 +291,11 @@ DPS_RNG_HD double dpsRngFromBits(uint64_t b) {
 /* U = (x + 0.5) * 2^-32: exact, in [2^-33, 1 - 2^-33]. */
 DPS_RNG_HD double dpsSampleUniform(uint32_t x) {
   return dpsRngMul(dpsRngAdd((double)x, 0.5), 2.3283064365386962890625e-10 /* 2^-32 */);
+}
+
+/* Um = ((w >> 3) + 0.5) * 2^-29: exact, in [2^-30, 1 - 2^-30]. */
+DPS_RNG_HD double dpsSampleGroupUniform(uint32_t w) {
+  return dpsRngMul(dpsRngAdd((double)(w >> 3), 0.5), 1.862645149230957031e-09 /* 2^-29 */);
 }
 
 /* ---- the deterministic natural logarithm (double) -------------------------- */
@@ -366,15 +394,29 @@ DPS_RNG_HD double dpsTanhDet(double x) {
 }
 
 /* ---- the noise of one index ------------------------------------------------ */
-/* G = -log(-log(U)) of x, in double: in [-3.13, 22.87]. */
-DPS_RNG_HD double dpsGumbelFromBits(uint32_t x) {
-  const double u = dpsSampleUniform(x);
-  return -dpsLogDet(-dpsLogDet(u)); /* negation is exact */
+/* -log(U) of x: Exp(1), in [2^-33, 22.87]. */
+DPS_RNG_HD double dpsSampleExpFromBits(uint32_t x) {
+  return -dpsLogDet(dpsSampleUniform(x)); /* negation is exact */
 }
 
-/* G of (seed, offset, index). */
+/* Emin of a group word w: -log(Um) / 8, Exp(8), in [1.16e-10, 2.60]. */
+DPS_RNG_HD double dpsSampleGroupMin(uint32_t w) {
+  return dpsRngMul(-dpsLogDet(dpsSampleGroupUniform(w)), 0.125 /* exact */);
+}
+
+/* G of the index at position t (0..7) of the group with word w, x the
+ * index's own word (unused where t is the group's position w & 7). */
+DPS_RNG_HD double dpsSampleGumbelIn(uint32_t w, uint32_t t, uint32_t x) {
+  const double emin = dpsSampleGroupMin(w);
+  const double e = t == (w & 7u) ? emin : dpsRngAdd(emin, dpsSampleExpFromBits(x));
+  return -dpsLogDet(e);
+}
+
+/* G of (seed, offset, index): in [-3.24, 22.87]. */
 DPS_RNG_HD double dpsSampleGumbel(uint64_t seed, uint64_t offset, int64_t index) {
-  return dpsGumbelFromBits(dpsSampleBits(seed, offset, index));
+  const uint32_t w = dpsSampleGroupWord(seed, offset, index);
+  const uint32_t t = (uint32_t)((uint64_t)index & 7u);
+  return dpsSampleGumbelIn(w, t, t == (w & 7u) ? 0u : dpsSampleIndexBits(seed, offset, index));
 }
 
 /* ---- scores, keys and the min-p rule (fp32 where the spec says fp32) ------- */

@@ -156,7 +156,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     for (int u = 0; u < 2; ++u) {
       const int j = lane + 32 * u;
       if (j < nk) {
-        const float k = exactKey(cv[u], q.T, dpsSampleBits(q.seed, q.offset, ci[u]));
+        const float k = exactKey(cv[u], q.T, q.seed, q.offset, ci[u]);
         if (raceBetter(k, ci[u], bk, bi)) {
           bk = k;
           bi = ci[u];

@@ -5,25 +5,71 @@
 #ifndef DPS_SAMPLE_RACE_CUH_
 #define DPS_SAMPLE_RACE_CUH_
 
+#include <type_traits>
+
 #include "kernels/sample_row.cuh"
 
 namespace {
 
 /* ---- the race: argmax of key = l/T + G over visited indices --------------------- */
 /* The race visits a row a warp at a time (every lane calls together) and
- * computes the exact key (both halves of the noise, two logs in double) only
+ * computes the exact key (the index's own word, three logs in double) only
  * for the indices that may still reach wb, the best key known so far (the
- * warp's, another warp's of the block, or a lower bound). With the high half
- * h of x alone, U < (h + 1) / 2^16; key >= wb needs G >= wb - s, so
- * -log U <= e^(s - wb), so 1 - U <= e^(s - wb), so
- * 65535 - h < 2^16 e^(s - wb + delta), delta covering the fp32 score
- * l * (1/T), ex2.approx and the rounding of the key. The high halves cost one
- * Philox call per 8 indices; an index that passes is queued, and the warp
- * computes the queued keys together, a lane per index, so the exact
- * evaluations neither diverge nor run for more than a few indices per warp
- * (about log n of n indices in random order, plus n / 2^16). */
-__device__ __noinline__ float exactKey(float x, float T, uint32_t xb) {
-  return dpsSampleKey(dpsSampleScore(x, T), dpsGumbelFromBits(xb));
+ * warp's, another warp's of the block, or a lower bound). The group word w
+ * alone bounds the noise of its 8 indices: G <= -log(Emin), Emin = -log(Um)
+ * / 8 >= (1 - Um) / 8, so key >= wb needs (1 - Um) <= 8 e^(s - wb), i.e.
+ * 2^29 - 1 - (w >> 3) < 2^32 e^(s - wb + delta) (the left side is below
+ * 2^29 (1 - Um)), delta covering the fp32 score l * (1/T), ex2.approx and
+ * the rounding of the key. One Philox call serves 32 indices' bounds; an
+ * index that passes is queued, and the warp computes the queued keys
+ * together, a lane per index, so the exact evaluations neither diverge nor
+ * run for more than a few indices per warp. */
+__device__ __noinline__ float exactKey(float x, float T, u64 seed, u64 offset, uint32_t gi) {
+  return dpsSampleKey(dpsSampleScore(x, T), dpsSampleGumbel(seed, offset, (int64_t)gi));
+}
+
+/* The word of the group of 8 holding index gi (one Philox call). */
+__device__ __forceinline__ uint32_t raceGroupWord(u64 seed, u64 offset, uint32_t gi) {
+  return dpsSampleGroupWord(seed, offset, (int64_t)gi);
+}
+
+/* 2^29 - 1 - (w >> 3), the bound's left side (exact below 2^24, rounded
+ * above: delta covers it). */
+__device__ __forceinline__ float raceGap(uint32_t w) { return (float)(~w >> 3); }
+
+/* May the index with logit x in the group with gap `gap` reach wb, the
+ * bound being gap < ex2(x * A + B)? (x = -inf, NaN: no.) A bound below
+ * 2^-126 flushes to 0 and fails the index only at gap = 0, where its score
+ * is more than 100 below wb (G <= 22.87): the flush never drops an index
+ * that can win. */
+__device__ __forceinline__ bool raceMayReach(float x, float gap, float A, float B) {
+  const float t = fastExp2Ftz(fmaf(x, A, B));
+  return x > -INFINITY && !(gap >= t);
+}
+
+/* raceMayReach refined by the index's own word xb (an index other than its
+ * group's minimum holder): E = Emin + E' >= gap 2^-32 + E'_lb with E' =
+ * 32 ln 2 - ln(xb + 0.5) >= 22.1807 - ln(xb + 1) (less 2e-5: __logf and the
+ * rounding of xb + 1), so the bound's left side grows by 2^32 E'_lb: about as
+ * tight as the exact key, for an index call and two MUFU operations. */
+__device__ __forceinline__ bool raceMayReachOwn(float x, float gap, uint32_t xb, float A,
+                                                float B) {
+  const float e1 = fmaxf(22.1807098f - __logf((float)xb + 1.f) - 2e-5f, 0.f);
+  return raceMayReach(x, fmaf(e1, 4294967296.f, gap), A, B);
+}
+
+/* The exact key of index gi with logit x when the refined bound lets it
+ * reach wb (else -inf): both words, then three logs in double. */
+__device__ __noinline__ float raceExactKey(float x, float T, float A, float B, u64 seed,
+                                          u64 offset, uint32_t gi) {
+  const uint32_t w = dpsSampleGroupWord(seed, offset, (int64_t)gi);
+  const uint32_t t = gi & 7u;
+  uint32_t xb = 0u;
+  if (t != (w & 7u)) {
+    xb = dpsSampleIndexBits(seed, offset, (int64_t)gi);
+    if (!raceMayReachOwn(x, raceGap(w), xb, A, B)) return -INFINITY;
+  }
+  return dpsSampleKey(dpsSampleScore(x, T), dpsSampleGumbelIn(w, t, xb));
 }
 
 constexpr int RACE_QUEUE = 64; /* queued indices per warp */
@@ -51,15 +97,15 @@ struct RaceBest {
 
 /* The exact keys of the n queued indices (a whole warp calls): the better of
  * their best and `b`, the same on every lane. */
-__device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, u64 seed,
-                                           u64 offset, RaceBest b) {
+__device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, float A, float B,
+                                           u64 seed, u64 offset, RaceBest b) {
   __syncwarp();
   RaceBest m = {-INFINITY, NO_INDEX, -INFINITY};
   for (int e = threadIdx.x & 31; e < n; e += 32) {
     const uint32_t gi = q->idx[e];
     const float x = q->x[e];
-    const float k = exactKey(x, T, dpsSampleBits(seed, offset, (int64_t)gi));
-    if (raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
+    const float k = raceExactKey(x, T, A, B, seed, offset, gi);
+    if (k > -INFINITY && raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
   }
   __syncwarp(); /* the slots may be refilled */
   const uint32_t ok = orderKey(m.k);
@@ -77,60 +123,23 @@ struct RaceVals {
   float v[C];
 };
 
-/* The high halves' Philox words of the group of 8 holding index gi. */
-__device__ __forceinline__ void raceHighWords(u64 seed, u64 offset, uint32_t gi, uint32_t out[4]) {
-  uint32_t ctr[4];
-  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-  dpsSampleCounter(offset, (int64_t)gi, 0u, ctr);
-  dpsPhilox4x32_10(ctr, key, out);
-}
-
-/* May the index with logit x and high half h reach wb, the bound being
- * 65535 - h < ex2(x * A + B)? (x = -inf, NaN: no.) A bound below 2^-126
- * flushes to 0 and fails the index only at h = 65535, where its score is
- * more than 98 below wb (G <= 22.87): the flush never drops an index that
- * can win. */
-__device__ __forceinline__ bool raceMayReach(float x, uint32_t h, float A, float B) {
-  const float t = fastExp2Ftz(fmaf(x, A, B));
-  const float hf = __uint_as_float(0x4B000000u | (h ^ 0xffffu)) - 8388608.f; /* 65535 - h */
-  return x > -INFINITY && !(hf >= t);
-}
-
-/* 65535 - h exactly, h the 16-bit half HI of w: a byte permutation puts h
- * under 2^23's exponent (0x4B00hhhh = 2^23 + h), and 2^23 + 65535 - that is
- * exact. k holds 0x4B000000 in a register (prmt takes one immediate: the
- * selector; with the constant as the immediate, nvcc reloads the selector
- * into a register at every use). */
-template <bool HI>
-__device__ __forceinline__ float raceHalfGap(uint32_t w, uint32_t k) {
-  uint32_t b;
-  if (HI) asm("prmt.b32 %0, %1, %2, 0x7632;" : "=r"(b) : "r"(w), "r"(k));
-  else asm("prmt.b32 %0, %1, %2, 0x7610;" : "=r"(b) : "r"(w), "r"(k));
-  return 8454143.f - __uint_as_float(b);
-}
-
-/* The Philox word holding index t of an aligned group of C (8, or 4 for
- * fp32 vectors: the group of 8's first or second half, `upper`). */
-__device__ __forceinline__ uint32_t raceGroupWord(const uint32_t (&w)[4], bool upper, int t) {
-  return upper ? w[(2 + (t >> 1)) & 3] : w[t >> 1];
-}
-
 /* The pass mask of C values at gi0.. that do not lie in one aligned group
  * (heads, tails, unaligned vectors): out of line, so that the hot loop
  * holds one Philox call per vector. */
 template <int C>
 __device__ __noinline__ uint32_t racePassMaskAnyAlign(u64 seed, u64 offset, float A, float B,
                                                       uint32_t gi0, RaceVals<C> vals) {
-  uint32_t m = 0u, cq = 0xffffffffu, w[4] = {0u, 0u, 0u, 0u};
+  uint32_t m = 0u, cq = 0xffffffffu;
+  float gap = 0.f;
 #pragma unroll
   for (int t = 0; t < C; ++t) {
     if (!(vals.v[t] > -INFINITY)) continue; /* not in the race (the exact path's race) */
     const uint32_t gi = gi0 + (uint32_t)t;
     if ((gi >> 3) != cq) {
-      raceHighWords(seed, offset, gi, w);
+      gap = raceGap(raceGroupWord(seed, offset, gi));
       cq = gi >> 3;
     }
-    m |= raceMayReach(vals.v[t], dpsSampleHalf(w, gi), A, B) ? 1u << t : 0u;
+    m |= raceMayReach(vals.v[t], gap, A, B) ? 1u << t : 0u;
   }
   return m;
 }
@@ -140,9 +149,8 @@ __device__ __noinline__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals,
 
 struct Race {
   float T;
-  float A, B; /* index may pass: 65535 - h < ex2(l * A + B); A = log2(e) / T */
+  float A, B; /* index may pass: gap < ex2(l * A + B); A = log2(e) / T */
   bool prune;
-  uint32_t expo; /* 0x4B000000: raceHalfGap's constant */
   u64 seed, offset;
   RaceBest best; /* the same on every lane of the warp */
   int n;         /* queued in this warp's queue */
@@ -158,7 +166,6 @@ struct Race {
     T = t;
     A = __fmul_rn(__frcp_rn(t), LOG2E);
     prune = prunes(t);
-    expo = 0x4B000000u;
     seed = sd;
     offset = off;
     best = RaceBest{-INFINITY, NO_INDEX, -INFINITY};
@@ -175,9 +182,10 @@ struct Race {
     return 2e-3f + 2e-5f * (fabsf(s) + 24.f);
   }
 
-  __device__ __forceinline__ void bound() {
+  /* floor: a lower bound of the best key known to the caller */
+  __device__ __forceinline__ void bound(float floor = -INFINITY) {
     float wb = best.i == NO_INDEX ? -INFINITY : best.k;
-    wb = fmaxf(wb, keyValue(*(volatile uint32_t*)raceBlockBest()));
+    wb = fmaxf(fmaxf(wb, floor), keyValue(*(volatile uint32_t*)raceBlockBest()));
     if (!prune) { /* everything passes: l * 0 + inf is inf, or NaN for l = +inf */
       A = 0.f;
       B = INFINITY;
@@ -187,18 +195,14 @@ struct Race {
       /* only a +inf key ties (lower index wins): a score l / T that
        * overflows, which needs l * A >= FLT_MAX * log2(e) (about 4.9e38,
        * +inf in fp32); every index with l * A >= 1.2e38 passes */
-      B = 16.f - 1.2e38f;
+      B = 32.f - 1.2e38f;
       return;
     }
     if (!(fabsf(wb) < 1e30f)) { /* -inf or huge: everything passes */
       B = INFINITY;
       return;
     }
-    B = fmaf(-(wb - margin(wb)), LOG2E, 16.f);
-  }
-
-  __device__ __forceinline__ void highWords(uint32_t gi, uint32_t out[4]) const {
-    raceHighWords(seed, offset, gi, out);
+    B = fmaf(-(wb - margin(wb)), LOG2E, 32.f);
   }
 
   /* Visits v[t] at global index gi0 + t (a whole warp calls together). */
@@ -206,17 +210,10 @@ struct Race {
   __device__ __forceinline__ void visit(uint32_t gi0, const float (&v)[C]) {
     uint32_t m = 0u;
     if ((C == 8 || C == 4) && (gi0 & (uint32_t)(C - 1)) == 0u) {
-      /* the C indices share one group of 8: one Philox call (fp32 vectors
-       * hold 4: the group's first or second half) */
-      uint32_t w[4];
-      highWords(gi0, w);
-      const bool upper = C == 4 && (gi0 & 4u) != 0u;
+      /* the C indices share one group of 8: one Philox call, one gap */
+      const float gap = raceGap(raceGroupWord(seed, offset, gi0));
 #pragma unroll
-      for (int t = 0; t < C; ++t) {
-        const uint32_t wt = raceGroupWord(w, upper, t);
-        const uint32_t h = (t & 1) ? wt >> 16 : wt & 0xffffu;
-        m |= raceMayReach(v[t], h, A, B) ? 1u << t : 0u;
-      }
+      for (int t = 0; t < C; ++t) m |= raceMayReach(v[t], gap, A, B) ? 1u << t : 0u;
     } else {
       RaceVals<C> vals;
 #pragma unroll
@@ -232,39 +229,27 @@ struct Race {
   }
 
   /* visit() where the bound prunes (prunes(T)): an aligned group is tested
-   * as one "may any index pass?", 65535 - h < ex2(x A + B) per index and
-   * no test of x (with A > 0 finite, x = -inf or NaN gives ex2 = 0 or NaN,
-   * so the index fails; x = +inf gives +inf, so it passes); the mask of the
-   * passing indices is built only when some lane's group has one (one
-   * predicate chain per vector instead of a mask; the test is the same
-   * as raceMayReach's where the bound prunes). */
+   * as one "may its largest value pass?" (with A > 0 finite the test is
+   * monotone in x; fmaxf drops NaN; x = -inf gives ex2 = 0, which fails);
+   * the mask of the passing indices is built only when some lane's group
+   * has one. */
   template <int C>
   __device__ __forceinline__ void visitPruned(uint32_t gi0, const float (&v)[C]) {
     if (!((C == 8 || C == 4) && (gi0 & (uint32_t)(C - 1)) == 0u)) {
       visit<C>(gi0, v);
       return;
     }
-    uint32_t w[4];
-    highWords(gi0, w);
-    const bool upper = C == 4 && (gi0 & 4u) != 0u;
-    /* index t of the group may pass (t unrolled: its half is known) */
-    auto pass = [&](int t) {
-      const uint32_t wt = raceGroupWord(w, upper, t);
-      const float gap = (t & 1) ? raceHalfGap<true>(wt, expo) : raceHalfGap<false>(wt, expo);
-      return gap < fastExp2Ftz(fmaf(v[t], A, B));
-    };
-    bool any0 = false, any1 = false; /* two chains: half the latency */
+    const float gap = raceGap(raceGroupWord(seed, offset, gi0));
+    float mx = v[0];
 #pragma unroll
-    for (int t = 0; t < C; ++t) {
-      if (t & 2) any1 |= pass(t);
-      else any0 |= pass(t);
-    }
-    if (__any_sync(0xffffffffu, any0 || any1)) { /* rare: the mask, then the queue */
+    for (int t = 1; t < C; ++t) mx = fmaxf(mx, v[t]);
+    const bool any = gap < fastExp2Ftz(fmaf(mx, A, B));
+    if (__any_sync(0xffffffffu, any)) { /* rare: the mask, then the queue */
       RaceVals<C> vals;
       uint32_t m = 0u;
 #pragma unroll
       for (int t = 0; t < C; ++t) {
-        m |= pass(t) ? 1u << t : 0u;
+        m |= raceMayReach(v[t], gap, A, B) ? 1u << t : 0u;
         vals.v[t] = v[t];
       }
       *this = raceEnqueue<C>(*this, gi0, vals, m);
@@ -272,36 +257,33 @@ struct Race {
   }
 
   __device__ __forceinline__ void flush() {
-    best = raceFlush(raceQueues() + (threadIdx.x >> 5), n, T, seed, offset, best);
+    best = raceFlush(raceQueues() + (threadIdx.x >> 5), n, T, A, B, seed, offset, best);
     n = 0;
     if (best.i != NO_INDEX && (threadIdx.x & 31) == 0) atomicMax(raceBlockBest(), orderKey(best.k));
     bound();
   }
 
-  /* A first lower bound of the best key, from 8 indices per thread spread
-   * over [from, to) (every index there takes part in the race): an index's
-   * key is >= s + log(U / (1 - U)) (as -log U <= (1 - U) / U) with
-   * U >= h / 2^16; the block's best of them is shared (every thread of the
-   * block calls). */
+  /* A first lower bound of the best key, from one group per thread spread
+   * over [from, to) (every index there takes part in the race): the key of
+   * the group's minimum holder is s + G with G = -log(Emin) >= log(Um) -
+   * log(1 - Um) + log 8 (as -log Um <= (1 - Um) / Um) >= log(m) - log(2^29 -
+   * m) + log 8, m = w >> 3; the block's best of them is shared (every thread
+   * of the block calls). */
   template <typename X>
   __device__ __forceinline__ void seedBound(const char* rowp, int dtype, long long col0,
                                             long long from, long long to, const X& xf) {
     float l = -INFINITY;
     if (prune && to > from) {
       long long j0 = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
-      j0 -= (long long)((uint32_t)(col0 + j0) & 7u); /* one Philox call for the 8 */
-      uint32_t w[4];
-      highWords((uint32_t)(col0 + j0), w);
-      const float invT = __frcp_rn(T);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const long long j = j0 + t;
-        if (j < from || j >= to) continue;
+      j0 -= (long long)((uint32_t)(col0 + j0) & 7u);
+      const uint32_t w = raceGroupWord(seed, offset, (uint32_t)(col0 + j0));
+      const long long j = j0 + (long long)(w & 7u);
+      const uint32_t m = w >> 3;
+      if (j >= from && j < to && m > 0u) {
         const float x = xf.one(j, loadValue(rowp, j, dtype));
-        const uint32_t h = dpsSampleHalf(w, (int64_t)t);
-        if (x > -INFINITY && x < INFINITY && h > 0u) {
-          const float sc = x * invT;
-          const float g = __logf((float)h) - __logf((float)(65536u - h));
+        if (x > -INFINITY && x < INFINITY) {
+          const float sc = x * __frcp_rn(T);
+          const float g = __logf((float)m) - __logf((float)(0x20000000u - m)) + 2.0794415f;
           l = fmaxf(l, sc + g - margin(sc));
         }
       }
@@ -334,6 +316,195 @@ __device__ Race raceEnqueue(Race r, uint32_t gi0, RaceVals<C> vals, uint32_t m) 
     if (r.n > RACE_QUEUE - 32) r.flush();
   }
   return r;
+}
+
+/* ---- the lean pass: a temperature-only row of 2-byte logits --------------------- */
+/* The row is read as runs of 128 groups of 8 (1024 indices, aligned in the
+ * global index): lane l of a warp reads groups 32k + l (k = 0..3) of a run,
+ * whose 4 words are one Philox call (the mapping's strided sharing). A group
+ * is tested as a whole (its largest value against its word's bound); the
+ * key of each group's minimum holder (a lower bound from its word alone)
+ * raises the warp's best key as it goes (and the block's). Passing groups
+ * are queued (their first index) and flushed between steps, a lane per
+ * group: the word and the values again, then per index the group bound, the
+ * bound refined by the index's own word, and only then the exact key.
+ * Queues: the RACE kernel's own (2 runs per step, 288 groups per warp); the
+ * other kernels', which have no room for more shared memory, reuse the
+ * race's queue (1 run per step, 128 groups per warp, flushed after every
+ * step that passed). docs/sampling.md, "The lean pass". */
+constexpr int LEAN_RUNS = 2;
+constexpr int LEAN_QUEUE = 128 * LEAN_RUNS + 32; /* a step adds at most 128 per run */
+__device__ __forceinline__ uint32_t* leanQueue() {
+  __shared__ uint32_t q[WARPS][LEAN_QUEUE];
+  return q[threadIdx.x >> 5];
+}
+static_assert(sizeof(RaceQueue) == 128 * sizeof(uint32_t), "the race's queue holds 128 groups");
+
+template <int DT>
+__device__ __forceinline__ float leanMax8(uint4 v) {
+  if (DT == 1) {
+    __nv_bfloat162 a, b, c, d;
+    memcpy(&a, &v.x, 4);
+    memcpy(&b, &v.y, 4);
+    memcpy(&c, &v.z, 4);
+    memcpy(&d, &v.w, 4);
+    const __nv_bfloat162 m = __hmax2(__hmax2(a, b), __hmax2(c, d)); /* NaN: the other */
+    return fmaxf(__low2float(m), __high2float(m));
+  } else {
+    __half2 a, b, c, d;
+    memcpy(&a, &v.x, 4);
+    memcpy(&b, &v.y, 4);
+    memcpy(&c, &v.z, 4);
+    memcpy(&d, &v.w, 4);
+    const __half2 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+}
+
+template <int DT>
+__device__ __forceinline__ float leanValueAt(uint4 v, uint32_t t) {
+  const uint32_t wd = t < 4u ? (t < 2u ? v.x : v.y) : (t < 6u ? v.z : v.w);
+  const uint32_t h = (t & 1u) ? wd >> 16 : wd & 0xffffu;
+  if (DT == 1) return __uint_as_float(h << 16);
+  return __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* The exact keys of a warp's queued groups (a whole warp calls): the better
+ * of their best and b, the same on every lane. */
+template <int DT>
+__device__ __noinline__ RaceBest leanFlush(const uint32_t* q, int n, const char* rowp,
+                                           long long col0, float T, float A, float B, u64 seed,
+                                           u64 offset, RaceBest b) {
+  __syncwarp();
+  RaceBest m = {-INFINITY, NO_INDEX, -INFINITY};
+  for (int e = threadIdx.x & 31; e < n; e += 32) {
+    const uint32_t gi0 = q[e];
+    const uint32_t w = dpsSampleGroupWord(seed, offset, (int64_t)gi0);
+    uint32_t xw[4] = {0u, 0u, 0u, 0u}, xq = 0xffffffffu; /* the index call of gi >> 2 */
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(rowp + ((long long)gi0 - col0) * 2));
+    const float gap = raceGap(w);
+#pragma unroll 1
+    for (uint32_t t = 0; t < 8u; ++t) {
+      const float x = leanValueAt<DT>(v, t);
+      if (!raceMayReach(x, gap, A, B)) continue;
+      const uint32_t gi = gi0 + t;
+      uint32_t xb = 0u;
+      if (t != (w & 7u)) {
+        if ((gi >> 2) != xq) {
+          xq = gi >> 2;
+          dpsSamplePhilox(seed, offset, (u64)xq, 0u, xw);
+        }
+        xb = dpsSampleWord(xw, t & 3u);
+        if (!raceMayReachOwn(x, gap, xb, A, B)) continue;
+      }
+      const float k = dpsSampleKey(dpsSampleScore(x, T), dpsSampleGumbelIn(w, t, xb));
+      if (raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
+    }
+  }
+  __syncwarp(); /* the slots may be refilled */
+  const uint32_t ok = orderKey(m.k);
+  const uint32_t mk = __reduce_max_sync(0xffffffffu, ok);
+  const uint32_t mi = __reduce_min_sync(0xffffffffu, ok == mk ? m.i : NO_INDEX);
+  const int src = __ffs(__ballot_sync(0xffffffffu, ok == mk && m.i == mi)) - 1;
+  const float k = __shfl_sync(0xffffffffu, m.k, src);
+  const float v = __shfl_sync(0xffffffffu, m.v, src);
+  if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
+  return b;
+}
+
+/* The race over global [col0 + from, col0 + to) of a row whose 16-byte
+ * vectors hold aligned groups ((rowp - 2 col0) 16-byte aligned); every
+ * thread of the block calls, after race.init. */
+template <int DT, int RUNS, int CAP>
+__device__ __forceinline__ void leanRange(const char* rowp, long long col0, long long from,
+                                          long long to, Race& race, uint32_t* lq) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const long long g0 = col0 + from, g1 = col0 + to;
+  const long long ga = (g0 + 7) >> 3, gb = g1 >> 3; /* whole groups: [ga, gb) */
+  if (warp == 0) { /* the partial groups at the ends: lanes 0..7 the head, 8..15 the tail */
+    const long long hend = 8 * ga < g1 ? 8 * ga : g1;
+    const long long tbeg = gb >= ga ? 8 * gb : g1;
+    long long gi = -1;
+    if (lane < 8 && g0 + lane < hend) gi = g0 + lane;
+    if (lane >= 8 && lane < 16 && tbeg + lane - 8 < g1) gi = tbeg + lane - 8;
+    const float v[1] = {gi >= 0 ? loadValue(rowp, gi - col0, DT) : -INFINITY};
+    race.visit<1>((uint32_t)(gi >= 0 ? gi : 0), v);
+    race.finish(); /* the race's queue is free (the other kernels' lean queue) */
+  }
+  int n = 0;
+  const uint32_t pad = DT == 1 ? 0xFF80FF80u : 0xFC00FC00u;
+  const uint32_t key[2] = {(uint32_t)race.seed, (uint32_t)(race.seed >> 32)};
+  const float invT = __frcp_rn(race.T);
+  const uint32_t lt = (1u << lane) - 1u;
+  const long long r0 = ga >> 7, r1 = (gb + 127) >> 7; /* runs of 128 groups */
+  for (long long r = r0 + (long long)warp * RUNS; r < r1; r += (long long)nwarps * RUNS) {
+    if (n >= 32 || n > CAP - 128 * RUNS) {
+      race.best = leanFlush<DT>(lq, n, rowp, col0, race.T, race.A, race.B, race.seed,
+                                race.offset, race.best);
+      n = 0;
+      if (lane == 0) atomicMax(raceBlockBest(), orderKey(race.best.k));
+      race.bound();
+    }
+    uint4 v[RUNS][4];
+#pragma unroll
+    for (int u = 0; u < RUNS; ++u)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long g = (r + u) * 128 + 32 * k + lane;
+        v[u][k] = g >= ga && g < gb
+                      ? __ldg(reinterpret_cast<const uint4*>(rowp + (g * 8 - col0) * 2))
+                      : make_uint4(pad, pad, pad, pad);
+      }
+    uint32_t w[RUNS][4];
+#pragma unroll
+    for (int u = 0; u < RUNS; ++u) {
+      const u64 q = (u64)(r + u) * 32u + (u64)lane;
+      const uint32_t ctr[4] = {(uint32_t)q, (uint32_t)(q >> 32) | (1u << 31),
+                               (uint32_t)race.offset, (uint32_t)(race.offset >> 32)};
+      dpsPhilox4x32_10(ctr, key, w[u]);
+    }
+    /* the minimum holders' keys from below: G >= ln 2 (lg2 m - lg2 (2^29 - m) + 3) */
+    float lb = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < RUNS; ++u)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t m = w[u][k] >> 3;
+        const float xp = leanValueAt<DT>(v[u][k], w[u][k] & 7u);
+        const float g = __log2f((float)m) - __log2f((float)(0x20000000u - m));
+        lb = fmaxf(lb, fmaf(g + 3.f, 0.6931472f, xp * invT));
+      }
+    if (lb < INFINITY) lb -= 3e-3f + 2e-5f * (fabsf(lb) + 48.f);
+    const uint32_t wk = __reduce_max_sync(0xffffffffu, orderKey(lb));
+    if (lane == 0 && wk > *(volatile uint32_t*)raceBlockBest()) atomicMax(raceBlockBest(), wk);
+    race.bound(keyValue(wk));
+    bool pass[RUNS][4], any = false;
+#pragma unroll
+    for (int u = 0; u < RUNS; ++u)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        pass[u][k] = raceGap(w[u][k]) < fastExp2Ftz(fmaf(leanMax8<DT>(v[u][k]), race.A, race.B));
+        any = any || pass[u][k];
+      }
+    if (__any_sync(0xffffffffu, any)) { /* rare: queue the passing groups */
+#pragma unroll
+      for (int u = 0; u < RUNS; ++u)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t bal = __ballot_sync(0xffffffffu, pass[u][k]);
+          if (pass[u][k]) {
+            const int slot = n + __popc(bal & lt);
+            lq[slot] = (uint32_t)(((r + u) * 128 + 32 * k + lane) * 8);
+          }
+          n += __popc(bal);
+        }
+    }
+  }
+  if (n > 0) {
+    race.best = leanFlush<DT>(lq, n, rowp, col0, race.T, race.A, race.B, race.seed, race.offset,
+                              race.best);
+    if (lane == 0) atomicMax(raceBlockBest(), orderKey(race.best.k));
+  }
 }
 
 /* ---- the first pass -------------------------------------------------------------- */
@@ -380,6 +551,38 @@ struct FirstVisit {
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES, int KERNEL, typename X>
 __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long col0, long long from,
                            long long to, const RowP& q, const X& xf, Hdr* out, float* tmax) {
+  if constexpr (LEAN && std::is_same<X, NoXform>::value) {
+    const bool aligned = (((uintptr_t)rowp - (uintptr_t)(col0 * 2)) & 15u) == 0u;
+    if (dtype != 0 && aligned) {
+      Race race;
+      race.init(q.T, q.seed, q.offset);
+      if constexpr (KERNEL == DPS_SAMPLE_FIRST_RACE) {
+        if (dtype == 1) leanRange<1, LEAN_RUNS, LEAN_QUEUE>(rowp, col0, from, to, race, leanQueue());
+        else leanRange<2, LEAN_RUNS, LEAN_QUEUE>(rowp, col0, from, to, race, leanQueue());
+      } else {
+        uint32_t* q = reinterpret_cast<uint32_t*>(raceQueues() + (threadIdx.x >> 5));
+        if (dtype == 1) leanRange<1, 1, 128>(rowp, col0, from, to, race, q);
+        else leanRange<2, 1, 128>(rowp, col0, from, to, race, q);
+      }
+      race.finish();
+      Hdr h;
+      hdrInit(h);
+      h.rkey = race.best.k;
+      h.ridx = race.best.i;
+      h.rval = race.best.v;
+      /* the race's winner stands for the argmax: a +inf logit wins its
+       * race (the lowest such index), and a temperature-only row's draw
+       * reads nothing else */
+      if (race.best.i != NO_INDEX) {
+        h.lmax = race.best.v;
+        h.aidx = race.best.i;
+        h.cnt = 1u;
+      }
+      *tmax = h.lmax;
+      blockHdrReduce<false, false>(h, out);
+      return;
+    }
+  }
   FirstVisit<RACE, ZRAW, ZS, LEAN, TILES> f;
   f.col0 = col0;
   f.T = q.T;

@@ -4,19 +4,30 @@
  *
  *  1. Philox4x32-10 against Random123's published known-answer vectors.
  *  2. dpsLogDet against libm's log (accuracy; bit-identity with the device is
- *     by construction, see sample_rng.h), the Gumbel noise against libm's
- *     -log(-log(U)), the documented mapping recomposed from its parts;
- *     dpsExpm1Det, dpsTanhDet and the soft-cap against libm.
+ *     by construction, see sample_rng.h), the noise against libm (-log(U),
+ *     Emin = -log(Um) / 8, G = -log(Emin - log(U))) and its ranges, the
+ *     documented mapping recomposed from the raw Philox, and pinned values
+ *     (computed by python/tests/refs.py); dpsExpm1Det, dpsTanhDet and the
+ *     soft-cap against libm.
  *  3. The filters on hand-made rows with hand-derived kept sets; the
  *     soft-cap in the filters, the probabilities and the logprob.
- *  4. Determinism: same inputs, same token; other offset/seed, other noise.
+ *  4. Determinism: same inputs, same token; other offset/seed/index, other
+ *     noise (the index words, the group words, the two streams, the indices
+ *     of one group).
  *  5. Exactness in distribution: chi-square of fxRefSampleToken's draws
  *     against fxRefSampleDist's float64 probabilities, and planted bugs that
  *     the same test must reject.
+ *  6. The generator's distribution: E = exp(-G) over 2^25 indices in 64
+ *     equiprobable bins of Exp(1) (pooled, and at each of the 8 positions of
+ *     a group); each group's largest G sits at pos = w & 7 and is
+ *     -log(Emin); the position is uniform and independent of the minimum
+ *     (Exp(8)); a flat race across group and call boundaries picks every
+ *     index alike; planted generator faults that the same tests must reject.
  *
  * DPS_SAMPLE_CHI2_SCALE (a number in (0, 1], default 1) scales the draws of
- * part 5 and the points of part 2 (make check-valgrind sets it low); below
- * 1 the power claims printed in part 5 are those of the smaller N. */
+ * parts 5 and 6 and the points of part 2 (make check-valgrind sets it low);
+ * below 1 the power claims printed in parts 5 and 6 are those of the
+ * smaller N. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -86,14 +97,15 @@ static void logPoint(logErr* er, double x) {
 static void testLog(void) {
   const clock_t c0 = clock();
   logErr er = {0, 0, 0, 0};
-  /* every U the generator can make, on a stride, and their -log(U) (the
-   * argument of the second log) */
+  /* every U the generator can make, on a stride, and their -log(U) (nearly
+   * the argument E = Emin - log(U) of the second log) */
   uint32_t stride = (uint32_t)(2048.0 / (g_scale < 1.0 / 64 ? 1.0 / 64 : g_scale));
   if (stride < 1) stride = 1;
   for (uint64_t x = 0; x <= 0xffffffffull; x += stride) {
     const double u = dpsSampleUniform((uint32_t)x);
     logPoint(&er, u);
     logPoint(&er, -log(u));
+    logPoint(&er, dpsSampleGroupUniform((uint32_t)x));
   }
   const uint32_t edges[] = {0u, 1u, 2u, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu};
   for (size_t j = 0; j < sizeof edges / sizeof edges[0]; ++j) {
@@ -132,30 +144,70 @@ static void testLog(void) {
          "max %.3g fp32 ulp\n",
          er.n, er.max_rel, er.max_rel / (DBL_EPSILON / 2), er.max_ulpf);
 
-  /* G = -log(-log(U)) against libm's, both rounded to fp32 */
-  long n = 0, differ = 0;
-  double max_ulp = 0, gmin = INFINITY, gmax = -INFINITY;
-  for (uint64_t x = 0; x <= 0xffffffffull; x += stride + 1) {
-    const double g = dpsGumbelFromBits((uint32_t)x);
-    const double want = -log(-log(dpsSampleUniform((uint32_t)x)));
+  /* the noise against libm: -log(U(x)) (dpsSampleExpFromBits) and Emin =
+   * -log(Um(w)) / 8 (dpsSampleGroupMin) in double, and G = -log(Emin +
+   * -log(U(x))) (dpsSampleGumbelIn away from the group's position; w on the
+   * stride, x another word) against libm's, both rounded to fp32; at the
+   * position G is -log(Emin) exactly, whatever x */
+  long n = 0, differ = 0, bad_pos = 0, out_of_range = 0;
+  double max_ulp = 0, max_rel_e = 0, max_rel_m = 0;
+  for (uint64_t v = 0; v <= 0xffffffffull; v += stride + 1) {
+    const uint32_t w = (uint32_t)v, x = w ^ 0x9e3779b9u;
+    const double e = dpsSampleExpFromBits(x), want_e = -log(dpsSampleUniform(x));
+    const double m = dpsSampleGroupMin(w), want_m = -log(dpsSampleGroupUniform(w)) / 8;
+    if (fabs(e - want_e) / want_e > max_rel_e) max_rel_e = fabs(e - want_e) / want_e;
+    if (fabs(m - want_m) / want_m > max_rel_m) max_rel_m = fabs(m - want_m) / want_m;
+    out_of_range += !(e >= 0x1p-33 && e <= 22.874) || !(m >= 1.164e-10 && m <= 2.59931);
+    out_of_range += dpsSampleGroupUniform(w) != ((double)(w >> 3) + 0.5) * 0x1p-29;
+    const double g = dpsSampleGumbelIn(w, (w & 7u) ^ 1u, x), want = -log(want_m + want_e);
     const float gf = (float)g, wf = (float)want;
     const double u = fabs((double)gf - (double)wf) / ulpf(want);
     if (gf != wf) ++differ;
     if (u > max_ulp) max_ulp = u;
+    const double gp = dpsSampleGumbelIn(w, w & 7u, x), gm = -dpsLogDet(m);
+    bad_pos += memcmp(&gp, &gm, sizeof gp) != 0;
     ++n;
   }
-  gmin = dpsGumbelFromBits(0);
-  gmax = dpsGumbelFromBits(0xffffffffu);
+  CHECK(max_rel_e <= 4.0e-15 && max_rel_m <= 4.0e-15,
+        "-log(U): relative error %.3g, Emin %.3g from libm's (bound 4e-15)", max_rel_e, max_rel_m);
   CHECK(max_ulp <= 1.0, "Gumbel noise: %.3g fp32 ulp from libm's (bound 1)", max_ulp);
-  CHECK(fabs(gmin - (-log(-log(0x1p-33)))) < 1e-14 && gmin > -3.13 && gmin < -3.12,
-        "G(x = 0) = %.17g", gmin);
-  CHECK(fabs(gmax - (-log(-log1p(-0x1p-33)))) < 1e-12 && gmax > 22.87 && gmax < 22.88,
-        "G(x = 2^32 - 1) = %.17g", gmax);
+  CHECK(out_of_range == 0 && bad_pos == 0,
+        "%ld values of -log(U) or Emin out of range (or Um inexact), %ld G at the position not "
+        "-log(Emin)",
+        out_of_range, bad_pos);
   CHECK(dpsSampleUniform(0) == 0x1p-33 && dpsSampleUniform(0xffffffffu) == 1.0 - 0x1p-33,
         "U range [%.17g, %.17g]", dpsSampleUniform(0), dpsSampleUniform(0xffffffffu));
-  printf("Gumbel noise: %ld values of x, fp32-rounded G equal to libm's -log(-log(U)) but %ld "
-         "(max %.0f ulp); G in [%.6f, %.6f]; %.2f s\n",
-         n, differ, max_ulp, gmin, gmax, (double)(clock() - c0) / CLOCKS_PER_SEC);
+  CHECK(dpsSampleGroupUniform(7) == 0x1p-30 && dpsSampleGroupUniform(0xfffffff8u) == 1.0 - 0x1p-30,
+        "Um range [%.17g, %.17g]", dpsSampleGroupUniform(7), dpsSampleGroupUniform(0xfffffff8u));
+  /* the extremes: -log(U) at x = 0 (33 ln 2) and 2^32 - 1 (about 2^-33);
+   * Emin at w >> 3 = 0 (30 ln 2 / 8) and 2^29 - 1 (about 2^-33); G largest
+   * at the smallest Emin (a group's position), smallest at the largest E
+   * (the largest Emin plus the largest -log(U), away from the position) */
+  const double e_hi = dpsSampleExpFromBits(0), e_lo = dpsSampleExpFromBits(0xffffffffu);
+  const double m_hi = dpsSampleGroupMin(0), m_lo = dpsSampleGroupMin(0xffffffffu);
+  const double gmax = dpsSampleGumbelIn(0xffffffffu, 7u, 0u);
+  const double gmin = dpsSampleGumbelIn(0u, 1u, 0u);
+  CHECK(fabs(e_hi - 33 * log(2.0)) < 1e-14 && e_hi > 22.873 && e_hi < 22.874, "-log U(0) = %.17g",
+        e_hi);
+  CHECK(fabs(e_lo / 0x1p-33 - 1) < 1e-9 && e_lo >= 0x1p-33, "-log U(2^32 - 1) = %.17g", e_lo);
+  CHECK(fabs(m_hi - 30 * log(2.0) / 8) < 1e-15 && m_hi == dpsSampleGroupMin(7u) && m_hi > 2.5993 &&
+            m_hi < 2.5994,
+        "Emin(w >> 3 = 0) = %.17g", m_hi);
+  CHECK(fabs(m_lo / 0x1p-33 - 1) < 1e-8 && m_lo > 1.164e-10 && m_lo < 1.165e-10 &&
+            m_lo == dpsSampleGroupMin(0xfffffff8u),
+        "Emin(w >> 3 = 2^29 - 1) = %.17g", m_lo);
+  CHECK(fabs(gmax - (-log(m_lo))) < 1e-13 && gmax > 22.87 && gmax < 22.88,
+        "G at the smallest Emin = %.17g", gmax);
+  CHECK(fabs(gmin - (-log(m_hi + e_hi))) < 1e-14 && gmin > -3.238 && gmin < -3.237,
+        "G at the largest E = %.17g", gmin);
+  CHECK(gmax - gmin < 26.2, "G's range %.17g: a score 26.2 below the best might win",
+        gmax - gmin);
+  printf("noise: %ld words: -log(U) and Emin within %.3g and %.3g relative of libm's; "
+         "fp32-rounded G = -log(Emin - log(U)) equal to libm's but %ld (max %.0f ulp), G at the "
+         "position -log(Emin) bit for bit; -log(U) in [%.6g, %.6f], Emin in [%.6g, %.6f], G in "
+         "[%.6f, %.6f] (span %.4f); %.2f s\n",
+         n, max_rel_e, max_rel_m, differ, max_ulp, e_lo, e_hi, m_lo, m_hi, gmin, gmax, gmax - gmin,
+         (double)(clock() - c0) / CLOCKS_PER_SEC);
 }
 
 /* dpsExpm1Det and dpsTanhDet against libm (accuracy; bit-identity with the
@@ -284,99 +336,165 @@ static void testTanh(void) {
          (double)(clock() - c0) / CLOCKS_PER_SEC);
 }
 
-/* The mapping as docs/sampling.md states it, composed from the raw Philox:
- * q = i >> 3; stream d (0: x's high 16 bits, 1: its low 16) is Philox of
- * counter {q lo, q hi | d << 31, offset lo, offset hi}, key {seed lo, seed
- * hi}; the index takes 16-bit half i & 1 (0: bits 0..15) of word
- * (i >> 1) & 3 of each stream. */
-static uint32_t docBits(uint64_t seed, uint64_t offset, int64_t index) {
-  const uint64_t q = (uint64_t)index >> 3, i = (uint64_t)index;
+/* The mapping as sample_rng.h's head comment and docs/sampling.md state it,
+ * composed here from the raw Philox and dpsLogDet (none of the other
+ * helpers): the call P(q, d) is Philox4x32-10 of counter {q lo, q hi |
+ * d << 31, offset lo, offset hi} and key {seed lo, seed hi}; the group g =
+ * i >> 3 has the word w = P(((g >> 7) << 5) | (g & 31), 1)[(g >> 5) & 3],
+ * the index the word x = P(i >> 2, 0)[i & 3]; Emin = -log(((w >> 3) + 0.5)
+ * 2^-29) * 0.125; E = Emin where i & 7 == w & 7, Emin + -log((x + 0.5)
+ * 2^-32) elsewhere; G = -log(E). */
+static void docCall(uint64_t seed, uint64_t offset, uint64_t q, uint32_t d, uint32_t out[4]) {
   const uint32_t key[2] = {(uint32_t)(seed & 0xffffffffu), (uint32_t)(seed >> 32)};
-  uint32_t half[2];
-  for (uint32_t d = 0; d < 2; ++d) {
-    const uint32_t ctr[4] = {(uint32_t)(q & 0xffffffffu), (uint32_t)(q >> 32) | (d << 31),
-                             (uint32_t)(offset & 0xffffffffu), (uint32_t)(offset >> 32)};
-    uint32_t out[4];
-    dpsPhilox4x32_10(ctr, key, out);
-    half[d] = (out[(i >> 1) & 3u] >> (16u * (uint32_t)(i & 1u))) & 0xffffu;
-  }
-  return half[0] << 16 | half[1];
+  const uint32_t ctr[4] = {(uint32_t)(q & 0xffffffffu), (uint32_t)(q >> 32) | (d << 31),
+                           (uint32_t)(offset & 0xffffffffu), (uint32_t)(offset >> 32)};
+  dpsPhilox4x32_10(ctr, key, out);
 }
 
+static uint32_t docGroupWord(uint64_t seed, uint64_t offset, int64_t index) {
+  const uint64_t g = (uint64_t)index >> 3;
+  uint32_t out[4];
+  docCall(seed, offset, ((g >> 7) << 5) | (g & 31u), 1u, out);
+  return out[(g >> 5) & 3u];
+}
+
+static uint32_t docBits(uint64_t seed, uint64_t offset, int64_t index) {
+  uint32_t out[4];
+  docCall(seed, offset, (uint64_t)index >> 2, 0u, out);
+  return out[(uint64_t)index & 3u];
+}
+
+/* (the products by 2^-29, 2^-32 and 0.125 are exact: no contraction can
+ * change them) */
+static double docGroupMin(uint32_t w) {
+  return -dpsLogDet(((double)(w >> 3) + 0.5) * 0x1p-29) * 0.125;
+}
+static double docExp(uint32_t x) { return -dpsLogDet(((double)x + 0.5) * 0x1p-32); }
+
 static double docGumbel(uint64_t seed, uint64_t offset, int64_t index) {
-  const double u = ((double)docBits(seed, offset, index) + 0.5) * 0x1p-32;
-  return -dpsLogDet(-dpsLogDet(u));
+  const uint32_t w = docGroupWord(seed, offset, index);
+  const double emin = docGroupMin(w);
+  if (((uint64_t)index & 7u) == (w & 7u)) return -dpsLogDet(emin);
+  return -dpsLogDet(emin + docExp(docBits(seed, offset, index)));
 }
 
 static void testMapping(void) {
-  /* the helpers are the documented composition */
+  /* the helpers are the documented composition, on random (seed, offset,
+   * index) and edges; every 8th index moved onto its group's position */
   uint64_t s = 7;
-  for (int j = 0; j < 20000; ++j) {
-    const uint64_t seed = fxSplitmix(&s), offset = fxSplitmix(&s) >> (j % 64);
-    const int64_t index = (int64_t)(fxSplitmix(&s) >> (1 + j % 63));
+  int at_pos = 0, bad = 0;
+  enum { NMAP = 20000 };
+  for (int j = 0; j < NMAP; ++j) {
+    uint64_t seed = fxSplitmix(&s), offset = fxSplitmix(&s) >> (j % 64);
+    int64_t index = (int64_t)(fxSplitmix(&s) >> (1 + j % 63));
+    if (j < 4) { /* the edges: zeros, all ones and the largest index, a run's last group */
+      seed = j == 1 ? ~0ull : j * 0x100000001ull;
+      offset = j == 1 ? ~0ull : j == 2 ? 1ull << 32 : 0;
+      index = j == 1 ? INT64_MAX : j == 2 ? 1023 : j == 3 ? (1ll << 42) + 255 : 0;
+    }
+    const uint32_t dw = docGroupWord(seed, offset, index);
+    if (j % 8 == 7) index = (int64_t)(((uint64_t)index & ~(uint64_t)7u) | (dw & 7u));
+    at_pos += ((uint64_t)index & 7u) == (dw & 7u);
+    const uint32_t dx = docBits(seed, offset, index);
+    const uint32_t hw = dpsSampleGroupWord(seed, offset, index);
+    const uint32_t hx = dpsSampleIndexBits(seed, offset, index);
     const double a = dpsSampleGumbel(seed, offset, index), b = docGumbel(seed, offset, index);
-    const uint32_t x = docBits(seed, offset, index);
-    if (memcmp(&a, &b, sizeof a) != 0 || dpsSampleBits(seed, offset, index) != x ||
-        dpsSampleHalfBits(seed, offset, index, 0u) != x >> 16 ||
-        dpsSampleHalfBits(seed, offset, index, 1u) != (x & 0xffffu)) {
-      CHECK(0, "(%llx, %llx, %lld): dpsSampleBits %08x (halves %04x %04x) G %.17g, the "
-            "documented mapping %08x G %.17g",
-            (unsigned long long)seed, (unsigned long long)offset, (long long)index,
-            dpsSampleBits(seed, offset, index), dpsSampleHalfBits(seed, offset, index, 0u),
-            dpsSampleHalfBits(seed, offset, index, 1u), a, x, b);
-      break;
+    const double hm = dpsSampleGroupMin(hw), dm = docGroupMin(dw);
+    const double he = dpsSampleExpFromBits(hx), de = docExp(dx);
+    const double hin = dpsSampleGumbelIn(hw, (uint32_t)((uint64_t)index & 7u), hx);
+    uint32_t gw[4], iw[4], dgw[4];
+    dpsSamplePhilox(seed, offset, dpsSampleGroupCall(index), 1u, gw);
+    dpsSamplePhilox(seed, offset, (uint64_t)index >> 2, 0u, iw);
+    const uint64_t g = (uint64_t)index >> 3;
+    docCall(seed, offset, ((g >> 7) << 5) | (g & 31u), 1u, dgw);
+    if (memcmp(&a, &b, sizeof a) != 0 || memcmp(&hin, &b, sizeof a) != 0 || hw != dw ||
+        hx != dx || memcmp(&hm, &dm, sizeof hm) != 0 || memcmp(&he, &de, sizeof he) != 0 ||
+        memcmp(gw, dgw, sizeof gw) != 0 || dpsSampleWord(gw, dpsSampleGroupSlot(index)) != dw ||
+        dpsSampleGroupSlot(index) != ((g >> 5) & 3u) ||
+        dpsSampleWord(iw, (uint32_t)(index & 3)) != dx) {
+      if (bad++ == 0)
+        CHECK(0, "(%llx, %llx, %lld): dpsSampleGroupWord %08x dpsSampleIndexBits %08x G %.17g; "
+              "the documented mapping %08x %08x G %.17g",
+              (unsigned long long)seed, (unsigned long long)offset, (long long)index, hw, hx, a,
+              dw, dx, b);
     }
   }
+  CHECK(bad == 0, "%d of %d (seed, offset, index) differ from the documented mapping", bad, NMAP);
+  CHECK(at_pos >= NMAP / 8, "only %d of %d indices at their group's position", at_pos, NMAP);
   /* Regression pins: our own outputs (not published values), recorded when
    * the mapping was fixed (computed by python/tests/refs.py, which writes the
-   * mapping out independently, and equal to this file's), so that it cannot
-   * change unnoticed (every user's tokens would change with it). Indices
-   * 0..7 of (0, 0) share both Philox calls and take every half of every word;
-   * the others reach both words of q, seed and offset. The GPU test of the
-   * kernels may reuse them. */
+   * mapping out independently in plain Python, and equal to this file's), so
+   * that it cannot change unnoticed (every user's tokens would change with
+   * it): (seed, offset, index) -> the group word w, the index word x, the
+   * bits of G. Indices 0..3 of (0, 0) share the index stream's call q = 0;
+   * 0x7, 0x102 and 0x1869e of (0xdeadbeefcafebabe, 7) sit at their group's
+   * position (w & 7 == index & 7: G = -log(Emin)); 0x100, 0x200, 0x300
+   * take words 1..3 of group 0's call (groups 32, 64, 96), 0x400 the next
+   * run's first call (q = 32); the others reach both words of seed, offset
+   * and q. The GPU test of the kernels may reuse them. */
   static const struct {
     uint64_t seed, offset;
     int64_t index;
-    uint32_t x;
+    uint32_t w, x;
     uint64_t g_bits;
   } pins[] = {
-      {0x0ull, 0x0ull, 0x0ll, 0xe8d50ccfu, 0x4002d7c739bd320eull}, /* G = 2.3553604613173382 */
-      {0x0ull, 0x0ull, 0x1ll, 0x6627a2b2u, 0x3fb5b6085ad39485ull}, /* G = 0.084808847593722161 */
-      {0x0ull, 0x0ull, 0x2ll, 0xc58d8772u, 0x3ff59ab0864d84aeull}, /* G = 1.3502660032466269 */
-      {0x0ull, 0x0ull, 0x3ll, 0xe1695140u, 0x40007e27d1759261ull}, /* G = 2.061599384689814 */
-      {0x0ull, 0x0ull, 0x4ll, 0xac4cf7efu, 0x3feda5e66fd02518ull}, /* G = 0.92650148237695173 */
-      {0x0ull, 0x0ull, 0x5ll, 0xbc5794fcu, 0x3ff2e619953a2283ull}, /* G = 1.1811767415221375 */
-      {0x0ull, 0x0ull, 0x6ll, 0xdbd8835au, 0x3ffe1d95f5b2e303ull}, /* G = 1.8822230908974127 */
-      {0x0ull, 0x0ull, 0x7ll, 0x9b00b688u, 0x3fe611e528207253ull}, /* G = 0.68968446576361442 */
-      {0x1ull, 0x0ull, 0x0ll, 0x0670d61du, 0xbff4db8ba173bf82ull}, /* G = -1.3035999590610747 */
-      {0x0ull, 0x1ull, 0x0ll, 0x15e1559eu, 0xbfecccc5aae4bedcull}, /* G = -0.89999659898418427 */
-      {0x123456789abcdefull, 0x2aull, 0x2517fll, 0x752966fcu, 0x3fcf89812a45e503ull}, /* G = 0.24638380588638861 */
-      {0xffffffffffffffffull, 0xffffffffffffffffull, 0x7fffffffffffffffll, 0xe2f168cfu, 0x4000ee262217c0abull}, /* G = 2.1162836707590791 */
-      {0x3039ull, 0x100000000ull, 0x100000007ll, 0x07602252u, 0xbff441f777fcf513ull}, /* G = -1.2661051451717114 */
-      {0xdeadbeefcafebabeull, 0x7ull, 0x1869fll, 0xc687bf0eu, 0x3ff5e9711bba5dfeull}, /* G = 1.369492634117591 */
+      {0x0ull, 0x0ull, 0x0ll, 0xa2b20ccfu, 0x6627e8d5u, 0x3f9991a39ebd1d03ull}, /* G = 0.02496963173260004 */
+      {0x0ull, 0x0ull, 0x1ll, 0xa2b20ccfu, 0xe169c58du, 0x3ffb17ea0e6230b8ull}, /* G = 1.6933384477479603 */
+      {0x0ull, 0x0ull, 0x2ll, 0xa2b20ccfu, 0xbc57ac4cu, 0x3ff0302de2f2b368ull}, /* G = 1.0117625107916073 */
+      {0x0ull, 0x0ull, 0x3ll, 0xa2b20ccfu, 0x9b00dbd8u, 0x3fe2a56af046a9d8ull}, /* G = 0.5826925938502496 */
+      {0x0ull, 0x0ull, 0x4ll, 0xa2b20ccfu, 0xf8e4cca4u, 0x4003bd0828d5a9d6ull}, /* G = 2.4673007192807104 */
+      {0x0ull, 0x0ull, 0x7ll, 0xa2b20ccfu, 0x097eff67u, 0x4006f716ec2bbfbfull}, /* G = 2.8706491900302065 (pos) */
+      {0x0ull, 0x0ull, 0x8ll, 0x4d789cc1u, 0x04faa329u, 0xbff688beff289113ull}, /* G = -1.4083852736594664 */
+      {0x0ull, 0x0ull, 0x100ll, 0x51408772u, 0x2464d502u, 0xbfe7a768dfd396afull}, /* G = -0.7391857501613311 */
+      {0x0ull, 0x0ull, 0x102ll, 0x51408772u, 0x24ad2063u, 0x3fff1168bccc81feull}, /* G = 1.9417502760844623 (pos) */
+      {0x0ull, 0x0ull, 0x200ll, 0x94fcf7efu, 0xddf3c327u, 0x3ff8f105d55f529aull}, /* G = 1.558843453870543 */
+      {0x0ull, 0x0ull, 0x300ll, 0xb688835au, 0x3d1b5b8eu, 0xbfd8dded449652e2ull}, /* G = -0.3885453386113068 */
+      {0x0ull, 0x0ull, 0x400ll, 0xf7ff595cu, 0xc2972a5au, 0x3ff477bf5e584f4cull}, /* G = 1.2792352376317977 */
+      {0x1ull, 0x0ull, 0x0ll, 0x34a4d61du, 0xe3e80670u, 0x3ff2895b0e767714ull}, /* G = 1.158534103865752 */
+      {0x0ull, 0x1ull, 0x0ll, 0xbd7f559eu, 0x844515e1u, 0x3fd70433faf78a9bull}, /* G = 0.3596315337037283 */
+      {0x123456789abcdefull, 0x2aull, 0x2517fll, 0x235f0496u, 0x52ff57f6u, 0xbfd452f9e3ab89b0ull}, /* G = -0.31756446107297176 */
+      {0xffffffffffffffffull, 0xffffffffffffffffull, 0x7fffffffffffffffll, 0x5ce0cc3du, 0x69da1ac1u, 0xbf841e6439f4726eull}, /* G = -0.009823592203752809 */
+      {0x3039ull, 0x100000000ull, 0x100000007ll, 0x53d4ebb5u, 0xc26ac628u, 0x3fec2a40f5c62b88ull}, /* G = 0.8801579284930634 */
+      {0xdeadbeefcafebabeull, 0x7ull, 0x1869fll, 0x05169c7eu, 0x82cc2df8u, 0xbfc32445febf5328ull}, /* G = -0.14954447687946382 */
+      {0xdeadbeefcafebabeull, 0x7ull, 0x1869ell, 0x05169c7eu, 0x6d8712c3u, 0x3fe6d776fc557551ull}, /* G = 0.7138018539805363 (pos) */
+      {0x2aull, 0x3ull, 0x123456789abcll, 0x06b4eaf6u, 0x691bb0b5u, 0xbfd2fd8d7bd8b05bull}, /* G = -0.2967256268918896 */
   };
-  /* the high halves at (seed 0, offset 0) are halves of Random123's first
-   * KAT vector (stream 0's counter there is all zeros): index i takes half
-   * i & 1 of word (i >> 1) & 3 */
+  /* x of indices 0..3 at (seed 0, offset 0) are the words of Random123's
+   * first KAT vector, in order (the index stream's call q = 0 has an
+   * all-zero counter and key; testPhilox checks dpsPhilox4x32_10 on it) */
   static const uint32_t kat0[4] = {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u};
-  for (int j = 0; j < 8; ++j)
-    CHECK(pins[j].x >> 16 == ((kat0[j >> 1] >> (16 * (j & 1))) & 0xffffu),
-          "pin %d: high half %04x is not half %d of KAT word %08x", j, pins[j].x >> 16, j & 1,
-          kat0[j >> 1]);
+  for (int j = 0; j < 4; ++j)
+    CHECK(pins[j].x == kat0[j] && dpsSampleIndexBits(0, 0, j) == kat0[j],
+          "pin %d: x %08x (dpsSampleIndexBits %08x) is not KAT word %d %08x", j, pins[j].x,
+          dpsSampleIndexBits(0, 0, j), j, kat0[j]);
+  const int failed_before = fxExpectFailed;
+  int npos = 0;
   for (size_t j = 0; j < sizeof pins / sizeof pins[0]; ++j) {
-    const uint32_t x = dpsSampleBits(pins[j].seed, pins[j].offset, pins[j].index);
-    const double g = dpsSampleGumbel(pins[j].seed, pins[j].offset, pins[j].index);
-    uint64_t gb;
+    const uint64_t ps = pins[j].seed, po = pins[j].offset;
+    const int64_t pi = pins[j].index;
+    const uint32_t w = dpsSampleGroupWord(ps, po, pi), x = dpsSampleIndexBits(ps, po, pi);
+    const double g = dpsSampleGumbel(ps, po, pi), dg = docGumbel(ps, po, pi);
+    uint64_t gb, dgb;
     memcpy(&gb, &g, sizeof gb);
-    CHECK(x == pins[j].x && gb == pins[j].g_bits &&
-              docBits(pins[j].seed, pins[j].offset, pins[j].index) == pins[j].x,
-          "pin %zu (seed %llx, offset %llx, index %lld): x %08x G %016llx, pinned %08x %016llx",
-          j, (unsigned long long)pins[j].seed, (unsigned long long)pins[j].offset,
-          (long long)pins[j].index, x, (unsigned long long)gb, pins[j].x,
-          (unsigned long long)pins[j].g_bits);
+    memcpy(&dgb, &dg, sizeof dgb);
+    CHECK(w == pins[j].w && x == pins[j].x && gb == pins[j].g_bits && dgb == pins[j].g_bits &&
+              docGroupWord(ps, po, pi) == pins[j].w && docBits(ps, po, pi) == pins[j].x,
+          "pin %zu (seed %llx, offset %llx, index %lld): w %08x x %08x G %016llx, pinned %08x "
+          "%08x %016llx",
+          j, (unsigned long long)ps, (unsigned long long)po, (long long)pi, w, x,
+          (unsigned long long)gb, pins[j].w, pins[j].x, (unsigned long long)pins[j].g_bits);
+    if (((uint64_t)pi & 7u) == (pins[j].w & 7u)) { /* at the position: G = -log(Emin) */
+      const double gm = -dpsLogDet(dpsSampleGroupMin(pins[j].w));
+      CHECK(memcmp(&gm, &g, sizeof g) == 0, "pin %zu at its group's position: G %.17g, "
+            "-log(Emin) %.17g", j, g, gm);
+      ++npos;
+    }
   }
-  printf("mapping: the helpers equal the documented composition; %zu pinned values hold\n",
-         sizeof pins / sizeof pins[0]);
+  CHECK(npos == 3, "%d pins at their group's position, want 3", npos);
+  printf("mapping: the helpers %s the documented composition on %d (seed, offset, index), %d "
+         "at their group's position; %zu pinned (w, x, G) %s\n",
+         bad == 0 ? "equal" : "DIFFER FROM", NMAP, at_pos, sizeof pins / sizeof pins[0],
+         fxExpectFailed == failed_before ? "hold" : "DIFFER");
 }
 
 /* ---- 3. the filters, by hand ------------------------------------------------- */
@@ -807,37 +925,80 @@ static void testDeterminism(const float* row, int64_t V) {
     CHECK(t1 == t2 && memcmp(&l1, &l2, sizeof l1) == 0, "offset %llu: %lld/%lld", (unsigned long long)o,
           (long long)t1, (long long)t2);
   }
-  /* another offset, seed, or index (both words of each; for the index also
-   * the high word of q = i >> 3, which carries the stream bit) gives other
-   * noise: equal 32-bit words have probability 2^-32 each. So do the
-   * indices that share both Philox calls (i ^ 1: the other half of the word,
-   * i ^ 2, i ^ 4: other words), and the two streams (x's high and low half
-   * of one index: 16 bits, equal with probability 2^-16 each, i.e. 0.06
-   * expected in 4096; a stream bit that does not reach the counter makes
-   * them all equal). */
+  /* another offset, seed or index (both words of each; for the index also
+   * i + 2^34, the high word of the call q = i >> 2, which carries the stream
+   * bit) gives another index word x: equal 32-bit words have probability
+   * 2^-32 each. So do the indices of one call (i ^ 1, i ^ 2, i ^ 3: its
+   * other words) and the two streams at one counter q (a stream bit that
+   * does not reach the counter makes them all equal). The groups' words w
+   * likewise: across offsets and seeds (both words), the 4 groups of one
+   * call (g ^ 32, g ^ 64, g ^ 96), the next group (g + 1: the next call),
+   * the next run of 128 (g + 128: the call q + 32) and the call's high word
+   * (g + 2^39). The 8 indices of a group share w, and their G differ (one
+   * Emin, distinct words x). pos = w & 7 agrees with the next group's 1/8
+   * of the time (512 expected in 4096, sd 21: bound [400, 624]) and takes
+   * all 8 values. */
   const uint64_t seed = 0x0123456789abcdefull, off = 1000;
   int same_o = 0, same_s = 0, same_ohi = 0, same_shi = 0, same_ihi = 0, same_qhi = 0;
-  int same_h1 = 0, same_h2 = 0, same_h4 = 0, same_d = 0;
+  int same_x1 = 0, same_x2 = 0, same_x3 = 0, same_d = 0;
+  int same_wo = 0, same_ws = 0, same_wohi = 0, same_wshi = 0, same_wcall = 0, same_wg1 = 0;
+  int same_wrun = 0, same_wqhi = 0, group_diff = 0, same_g = 0, same_pos = 0, pos_seen = 0;
+  int seen[8] = {0};
   for (int64_t i = 0; i < 4096; ++i) {
-    const uint32_t x = dpsSampleBits(seed, off, i);
-    same_o += x == dpsSampleBits(seed, off + 1, i);
-    same_s += x == dpsSampleBits(seed + 1, off, i);
-    same_ohi += x == dpsSampleBits(seed, off + (1ull << 32), i);
-    same_shi += x == dpsSampleBits(seed ^ (1ull << 32), off, i);
-    same_ihi += x == dpsSampleBits(seed, off, i + (1ll << 32));
-    same_qhi += x == dpsSampleBits(seed, off, i + (1ll << 35));
-    same_h1 += x == dpsSampleBits(seed, off, i ^ 1);
-    same_h2 += x == dpsSampleBits(seed, off, i ^ 2);
-    same_h4 += x == dpsSampleBits(seed, off, i ^ 4);
-    same_d += (x >> 16) == (x & 0xffffu);
+    const uint32_t x = dpsSampleIndexBits(seed, off, i);
+    same_o += x == dpsSampleIndexBits(seed, off + 1, i);
+    same_s += x == dpsSampleIndexBits(seed + 1, off, i);
+    same_ohi += x == dpsSampleIndexBits(seed, off + (1ull << 32), i);
+    same_shi += x == dpsSampleIndexBits(seed ^ (1ull << 32), off, i);
+    same_ihi += x == dpsSampleIndexBits(seed, off, i + (1ll << 32));
+    same_qhi += x == dpsSampleIndexBits(seed, off, i + (1ll << 34));
+    same_x1 += x == dpsSampleIndexBits(seed, off, i ^ 1);
+    same_x2 += x == dpsSampleIndexBits(seed, off, i ^ 2);
+    same_x3 += x == dpsSampleIndexBits(seed, off, i ^ 3);
+    uint32_t w0[4], w1[4]; /* the two streams' calls at q = i */
+    dpsSamplePhilox(seed, off, (uint64_t)i, 0u, w0);
+    dpsSamplePhilox(seed, off, (uint64_t)i, 1u, w1);
+    same_d += w0[i & 3] == w1[i & 3];
+    /* group g = i (its first index 8g) */
+    const int64_t gi = i << 3;
+    const uint32_t w = dpsSampleGroupWord(seed, off, gi);
+    same_wo += w == dpsSampleGroupWord(seed, off + 1, gi);
+    same_ws += w == dpsSampleGroupWord(seed + 1, off, gi);
+    same_wohi += w == dpsSampleGroupWord(seed, off + (1ull << 32), gi);
+    same_wshi += w == dpsSampleGroupWord(seed ^ (1ull << 32), off, gi);
+    same_wcall += (w == dpsSampleGroupWord(seed, off, (i ^ 32) << 3)) +
+                  (w == dpsSampleGroupWord(seed, off, (i ^ 64) << 3)) +
+                  (w == dpsSampleGroupWord(seed, off, (i ^ 96) << 3));
+    const uint32_t wn = dpsSampleGroupWord(seed, off, gi + 8);
+    same_wg1 += w == wn;
+    same_wrun += w == dpsSampleGroupWord(seed, off, gi + 1024);
+    same_wqhi += w == dpsSampleGroupWord(seed, off, gi + (1ll << 42));
+    same_pos += (w & 7u) == (wn & 7u);
+    pos_seen += seen[w & 7u]++ == 0;
+    double g8[8];
+    for (int t = 0; t < 8; ++t) {
+      group_diff += dpsSampleGroupWord(seed, off, gi + t) != w;
+      g8[t] = dpsSampleGumbel(seed, off, gi + t);
+      for (int u = 0; u < t; ++u) same_g += g8[u] == g8[t];
+    }
   }
   CHECK(same_o + same_s + same_ohi + same_shi + same_ihi + same_qhi <= 1,
-        "noise repeats across offsets/seeds/indices: %d %d %d %d %d %d", same_o, same_s, same_ohi,
+        "x repeats across offsets/seeds/indices: %d %d %d %d %d %d", same_o, same_s, same_ohi,
         same_shi, same_ihi, same_qhi);
-  CHECK(same_h1 + same_h2 + same_h4 <= 1,
-        "noise repeats within a Philox call: i ^ 1 %d, i ^ 2 %d, i ^ 4 %d", same_h1, same_h2,
-        same_h4);
-  CHECK(same_d <= 2, "the two streams agree on %d of 4096 indices", same_d);
+  CHECK(same_x1 + same_x2 + same_x3 <= 1,
+        "x repeats within a Philox call: i ^ 1 %d, i ^ 2 %d, i ^ 3 %d", same_x1, same_x2, same_x3);
+  CHECK(same_d <= 1, "the two streams agree on %d of 4096 words", same_d);
+  CHECK(same_wo + same_ws + same_wohi + same_wshi + same_wcall + same_wg1 + same_wrun +
+                same_wqhi <= 1,
+        "w repeats across offsets %d %d, seeds %d %d, the groups of one call %d, the next group "
+        "%d, the next run %d, q + 2^32 %d",
+        same_wo, same_wohi, same_ws, same_wshi, same_wcall, same_wg1, same_wrun, same_wqhi);
+  CHECK(group_diff == 0 && same_g == 0,
+        "the indices of a group: %d words differ from the group's, %d pairs of equal G",
+        group_diff, same_g);
+  CHECK(same_pos >= 400 && same_pos <= 624 && pos_seen == 8,
+        "pos: %d of 4096 equal to the next group's (512 expected), %d of 8 values seen", same_pos,
+        pos_seen);
   /* the token from the documented pseudo-code (docs/sampling.md) */
   unsigned char kept[256];
   int64_t nk;
@@ -862,9 +1023,44 @@ static void testDeterminism(const float* row, int64_t V) {
   }
   CHECK(differ == 0, "%d of 300 tokens differ from the documented pseudo-code", differ);
   CHECK(distinct > 0, "300 offsets gave one token: the offset does not reach the noise");
+  /* a wide row: the reference's race caches the Philox calls and the groups'
+   * minima over the kept set's span (all of it here) or computes each index
+   * alone (top-k 5: a sparse set); both against the pseudo-code */
+  enum { WV = 20000 };
+  float* wide = (float*)malloc(WV * sizeof *wide);
+  unsigned char* wkept = (unsigned char*)malloc(WV);
+  uint64_t ws = 99;
+  for (int64_t i = 0; i < WV; ++i) wide[i] = (float)(3.0 * fxUnif01(&ws));
+  int wide_tokens = 0, wide_differ = 0;
+  for (int c = 0; c < 2; ++c) {
+    fxSampleParams wp = params(WV);
+    wp.top_k = c == 0 ? 0 : 5;
+    int64_t wn;
+    fxRefSampleDist(wide, WV, &wp, NULL, wkept, &wn);
+    for (uint64_t o = 0; o < (c == 0 ? 8u : 64u); ++o) {
+      int64_t best = -1;
+      float bk = 0;
+      for (int64_t i = 0; i < WV; ++i) {
+        if (!wkept[i]) continue;
+        const float key = (float)((double)(wide[i] / wp.temperature) + docGumbel(0x5eedull, o, i));
+        if (best < 0 || key > bk) best = i, bk = key;
+      }
+      int64_t t;
+      float lp;
+      fxRefSampleToken(wide, WV, &wp, 0x5eedull, o, &t, &lp);
+      wide_differ += t != best;
+      ++wide_tokens;
+    }
+  }
+  CHECK(wide_differ == 0, "%d of %d tokens of a %d-wide row differ from the pseudo-code",
+        wide_differ, wide_tokens, (int)WV);
+  free(wide), free(wkept);
   printf("determinism: same inputs -> same token and logprob; the documented pseudo-code "
-         "reproduces 300 tokens; offsets, seeds, indices (both words), the indices of one Philox "
-         "call and the two streams differ\n");
+         "reproduces 300 tokens (and %d of a 20000-wide row, full and top-k 5); the index words "
+         "and the group words differ across offsets, seeds, indices, the words of one call and "
+         "the two streams; the 8 G of a group differ; pos agrees with the next group's in %d of "
+         "4096 (512 expected)\n",
+         wide_tokens, same_pos);
 }
 
 /* ---- 5. chi-square ----------------------------------------------------------- */
@@ -963,7 +1159,7 @@ static void testChiSquare(const chiCase* cases, int ncases, const chiCase* bugca
   }
   /* planted bugs: the same test must reject */
   const char* bugname[4] = {"top-k keeps k+1", "top-k keeps k-1", "top-p uses <=",
-                            "noise -log(U)"};
+                            "noise E, not -log(E)"};
   for (int b = 0; b < 4; ++b) {
     const chiCase* k = bugcase[b];
     const int64_t N = 50000;
@@ -976,6 +1172,277 @@ static void testChiSquare(const chiCase* cases, int ncases, const chiCase* bugca
            (long long)r.outside, r.pvalue < P_REJECT ? "rejected" : "NOT REJECTED");
     CHECK(r.pvalue < P_REJECT, "planted bug '%s' not rejected by the chi-square: p-value %.3g",
           bugname[b], r.pvalue);
+  }
+  *seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
+}
+
+/* ---- 6. the generator's distribution ------------------------------------------ */
+/* G of the index at position t (0..7) of a group with word w, x the index's
+ * own word: the header's dpsSampleGumbelIn, or a planted fault (the
+ * negative controls below: the same tests must reject each). */
+typedef double (*noiseFn)(uint32_t w, uint32_t t, uint32_t x);
+static double noiseTrue(uint32_t w, uint32_t t, uint32_t x) { return dpsSampleGumbelIn(w, t, x); }
+/* planted: the position ignored, E = Emin - log(U(x)) at every index */
+static double noiseNoPos(uint32_t w, uint32_t t, uint32_t x) {
+  (void)t;
+  return -dpsLogDet(dpsRngAdd(dpsSampleGroupMin(w), dpsSampleExpFromBits(x)));
+}
+/* planted: Emin not divided by 8 (-log(Um): Exp(1), not the minimum of 8
+ * Exp(1)) */
+static double noiseNoScale(uint32_t w, uint32_t t, uint32_t x) {
+  const double emin = -dpsLogDet(dpsSampleGroupUniform(w));
+  return -dpsLogDet(t == (w & 7u) ? emin : dpsRngAdd(emin, dpsSampleExpFromBits(x)));
+}
+/* planted: the position from the word's top 3 bits, w >> 29, which are
+ * also Um's: uniform, but not independent of the minimum */
+static double noisePosHigh(uint32_t w, uint32_t t, uint32_t x) {
+  const double emin = dpsSampleGroupMin(w);
+  return -dpsLogDet(t == (w >> 29) ? emin : dpsRngAdd(emin, dpsSampleExpFromBits(x)));
+}
+
+/* Equiprobable bins read off G = -log(E): E's 64 bins of Exp(1), [e_k,
+ * e_k+1) with e_k = -log(1 - k/64), and the group minimum's 8 bins of Exp(8),
+ * f_j = -log(1 - j/8) / 8. E >= e_k iff G <= -log(e_k) (decreasing in k),
+ * so the bin is the largest k with thr[k] >= G (0 when none). */
+enum { E_BINS = 64, M_BINS = 8 };
+static double g_ethr[E_BINS], g_mthr[M_BINS];
+static void initBins(void) {
+  for (int k = 1; k < E_BINS; ++k) g_ethr[k] = -log(-log1p(-(double)k / E_BINS));
+  for (int k = 1; k < M_BINS; ++k) g_mthr[k] = -log(-log1p(-(double)k / M_BINS) / 8);
+}
+static int binOfG(const double* thr, int nbins, double g) {
+  int lo = 0, hi = nbins - 1; /* thr[1..lo] >= g, thr[hi + 1..] < g */
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (thr[mid] >= g) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+typedef struct {
+  int64_t ebin[DPS_SAMPLE_GROUP][E_BINS]; /* E's bins at each position t */
+  int64_t joint[DPS_SAMPLE_GROUP][M_BINS]; /* each group's smallest E: its position x its bin */
+  int64_t n, groups;
+  int64_t off_pos;        /* groups whose largest G is not -log(Emin) at w & 7 (or is tied) */
+  int64_t spot, spot_bad; /* values compared with dpsSampleGumbel, and differing */
+} genCounts;
+
+/* Every index of the runs r0 .. r0 + nruns - 1 of 128 groups (1024 indices)
+ * of (seed, offset): each call of the groups' stream once (4 groups), each
+ * call of the indices' stream once (4 indices), G by fn; E's bin at its
+ * position, the position and the bin of each group's largest G. With the
+ * header's noise, one group in 61 is compared with dpsSampleGumbel. */
+static void genSweep(uint64_t seed, uint64_t offset, uint64_t r0, int64_t nruns, noiseFn fn,
+                     genCounts* c) {
+  for (int64_t k = 0; k < nruns; ++k) {
+    const uint64_t run = r0 + (uint64_t)k;
+    for (uint32_t c32 = 0; c32 < 32; ++c32) {
+      uint32_t gw[4];
+      dpsSamplePhilox(seed, offset, run << 5 | c32, 1u, gw);
+      for (uint32_t r = 0; r < 4; ++r) {
+        const uint64_t g = run << 7 | (uint64_t)r << 5 | c32;
+        const uint32_t w = gw[r];
+        double best = -INFINITY, gv8[8];
+        int at = -1, ties = 0;
+        for (uint32_t h = 0; h < 2; ++h) {
+          uint32_t xw[4];
+          dpsSamplePhilox(seed, offset, g << 1 | h, 0u, xw); /* indices 8g + 4h .. + 3 */
+          for (uint32_t u = 0; u < 4; ++u) {
+            const uint32_t t = h << 2 | u;
+            const double gv = fn(w, t, xw[u]);
+            gv8[t] = gv;
+            ++c->ebin[t][binOfG(g_ethr, E_BINS, gv)];
+            if (gv > best) best = gv, at = (int)t, ties = 0;
+            else if (gv == best) ++ties;
+          }
+        }
+        ++c->joint[at][binOfG(g_mthr, M_BINS, best)];
+        if (fn == noiseTrue) {
+          c->off_pos +=
+              at != (int)(w & 7u) || ties != 0 || best != -dpsLogDet(dpsSampleGroupMin(w));
+          if (g % 61 == 0) { /* the composition above is dpsSampleGumbel */
+            for (int t = 0; t < 8; t += 3) {
+              const double d = dpsSampleGumbel(seed, offset, (int64_t)(g << 3 | (uint64_t)t));
+              c->spot_bad += memcmp(&d, &gv8[t], sizeof d) != 0;
+              ++c->spot;
+            }
+            c->spot_bad += dpsSampleGroupWord(seed, offset, (int64_t)(g << 3)) != w;
+            ++c->spot;
+          }
+        }
+      }
+    }
+  }
+  c->groups += nruns * 128;
+  c->n += nruns * 1024;
+}
+
+/* The flat race: over offsets o0 .. o0 + N - 1 (seed fixed), the index of
+ * the largest G among [252, 292): the upper half of group 31 (call 31, word
+ * 0), groups 32..35 (calls 0..3, word 1), the lower half of group 36. Every
+ * index is equally likely (1/40); count[j]: wins of index 252 + j. With the
+ * header's noise, the first 256 winners are compared with fxRefSampleRace's
+ * on a row of equal logits. */
+enum { RACE_LO = 252, RACE_N = 40 };
+static int64_t genRace(uint64_t seed, uint64_t o0, int64_t N, noiseFn fn, int64_t* count) {
+  static const float zeros[RACE_LO + RACE_N];
+  int64_t keep[RACE_N], ref_bad = 0;
+  for (int j = 0; j < RACE_N; ++j) keep[j] = RACE_LO + j;
+  for (int64_t k = 0; k < N; ++k) {
+    const uint64_t o = o0 + (uint64_t)k;
+    uint32_t w[6];
+    for (int g = 0; g < 6; ++g) w[g] = dpsSampleGroupWord(seed, o, (int64_t)(31 + g) * 8);
+    double best = -INFINITY;
+    int win = -1;
+    for (uint32_t q = RACE_LO / 4; q < (RACE_LO + RACE_N) / 4; ++q) {
+      uint32_t xw[4];
+      dpsSamplePhilox(seed, o, q, 0u, xw);
+      for (uint32_t u = 0; u < 4; ++u) {
+        const uint32_t i = q << 2 | u;
+        const double gv = fn(w[(i >> 3) - 31], i & 7u, xw[u]);
+        if (gv > best) best = gv, win = (int)i;
+      }
+    }
+    ++count[win - RACE_LO];
+    if (fn == noiseTrue && k < 256)
+      ref_bad += fxRefSampleRace(zeros, 1.0f, keep, RACE_N, seed, o) != win;
+  }
+  return ref_bad;
+}
+
+typedef struct {
+  fxSampleCheck e;          /* E's 64 bins, pooled over the positions */
+  fxChi2Result et;          /* E's bins at each position: 8 x 64 */
+  fxChi2Result pos, joint;  /* the minimum's position (8 bins); position x bin (64) */
+  fxChi2Result race, parts; /* the flat race: 40 bins; its three parts (4, 32, 4) */
+  int64_t n, groups, off_pos, spot, spot_bad, races, race_ref_bad;
+} genResult;
+
+static genResult genTest(noiseFn fn, int64_t runs_per_stream, int64_t races) {
+  /* three streams: small indices; calls across q = 2^32 (run 2^27) at an
+   * offset with both words set; the last runs below 2^63 */
+  const struct {
+    uint64_t seed, offset, r0;
+  } streams[3] = {{0x5eedull, 0ull, 0ull},
+                  {0xfeedface12345678ull, (1ull << 40) + 7, (1ull << 27) - 1},
+                  {1ull, 0xffffffffffffffffull, (1ull << 53) - (uint64_t)runs_per_stream}};
+  genCounts* c = (genCounts*)calloc(1, sizeof *c);
+  genResult r;
+  memset(&r, 0, sizeof r);
+  for (int k = 0; k < 3; ++k)
+    genSweep(streams[k].seed, streams[k].offset, streams[k].r0, runs_per_stream, fn, c);
+  static double pe[E_BINS], pet[DPS_SAMPLE_GROUP * E_BINS], pp[DPS_SAMPLE_GROUP],
+      pj[DPS_SAMPLE_GROUP * M_BINS], pr[RACE_N];
+  unsigned char kept[E_BINS];
+  int64_t epool[E_BINS] = {0}, pos[DPS_SAMPLE_GROUP] = {0};
+  for (int k = 0; k < E_BINS; ++k) pe[k] = 1.0 / E_BINS, kept[k] = 1;
+  for (int k = 0; k < DPS_SAMPLE_GROUP * E_BINS; ++k) pet[k] = 1.0 / (DPS_SAMPLE_GROUP * E_BINS);
+  for (int k = 0; k < DPS_SAMPLE_GROUP; ++k) pp[k] = 1.0 / DPS_SAMPLE_GROUP;
+  for (int k = 0; k < DPS_SAMPLE_GROUP * M_BINS; ++k) pj[k] = 1.0 / (DPS_SAMPLE_GROUP * M_BINS);
+  for (int k = 0; k < RACE_N; ++k) pr[k] = 1.0 / RACE_N;
+  for (int t = 0; t < DPS_SAMPLE_GROUP; ++t) {
+    for (int k = 0; k < E_BINS; ++k) epool[k] += c->ebin[t][k];
+    for (int k = 0; k < M_BINS; ++k) pos[t] += c->joint[t][k];
+  }
+  r.e = fxCheckSampleCounts(pe, kept, epool, E_BINS, c->n, P_BIG, Z_ALPHA);
+  r.et = fxChi2Pooled(pet, &c->ebin[0][0], DPS_SAMPLE_GROUP * E_BINS, c->n);
+  r.pos = fxChi2Pooled(pp, pos, DPS_SAMPLE_GROUP, c->groups);
+  r.joint = fxChi2Pooled(pj, &c->joint[0][0], DPS_SAMPLE_GROUP * M_BINS, c->groups);
+  int64_t rc[RACE_N] = {0};
+  r.race_ref_bad = genRace(0x0ace5eedull, 12345, races, fn, rc);
+  const double p3[3] = {4.0 / RACE_N, 32.0 / RACE_N, 4.0 / RACE_N};
+  int64_t r3[3] = {0, 0, 0};
+  for (int k = 0; k < RACE_N; ++k) r3[k < 4 ? 0 : k < 36 ? 1 : 2] += rc[k];
+  r.race = fxChi2Pooled(pr, rc, RACE_N, races);
+  r.parts = fxChi2Pooled(p3, r3, 3, races);
+  r.n = c->n, r.groups = c->groups, r.off_pos = c->off_pos, r.spot = c->spot;
+  r.spot_bad = c->spot_bad, r.races = races;
+  free(c);
+  return r;
+}
+
+static void testGenerator(double* seconds) {
+  const clock_t c0 = clock();
+  initBins();
+  /* indices: every bin of E holds 1/64 > 1 %; a 1 % relative error in one
+   * must fail its z-test 95 % of the time (Bonferroni over the 64 bins) */
+  const double zcrit = fxZTwoSided(Z_ALPHA / E_BINS);
+  const double need = drawsFor(1.0 / E_BINS, zcrit);
+  int64_t runs = (int64_t)ceil(need * g_scale / (3.0 * 1024));
+  if (runs < 8) runs = 8;
+  int64_t races = (int64_t)ceil(262144 * g_scale);
+  if (races < 4096) races = 4096;
+  const genResult r = genTest(noiseTrue, runs, races);
+  const double cc = ((r.e.zcrit + Z_POWER) / REL_ERR) * ((r.e.zcrit + Z_POWER) / REL_ERR);
+  const double pstar = cc / ((double)r.n + cc);
+  printf("generator E: %lld indices (%lld groups, 3 streams) in %d bins of Exp(1): chi2 %.2f "
+         "p %.3f, max|z| %.2f (crit %.2f); a 1%% error fails 95%% for a bin of p >= %.4f "
+         "(bins 1/64 = %.4f; N for that: %.3g); at each of the 8 positions (%lld bins): chi2 "
+         "%.2f p %.3f\n",
+         (long long)r.n, (long long)r.groups, E_BINS, r.e.chi2, r.e.pvalue, r.e.zmax, r.e.zcrit,
+         pstar, 1.0 / E_BINS, need, (long long)r.et.bins, r.et.chi2, r.et.pvalue);
+  printf("generator minimum: %lld of %lld groups have their largest G at pos = w & 7, equal to "
+         "-log(Emin), untied; the position over 8 bins: chi2 %.2f p %.3f; position x the "
+         "minimum's bin of Exp(8) (%lld bins): chi2 %.2f p %.3f; %lld spot values equal to "
+         "dpsSampleGumbel / dpsSampleGroupWord but %lld\n",
+         (long long)(r.groups - r.off_pos), (long long)r.groups, r.pos.chi2, r.pos.pvalue,
+         (long long)r.joint.bins, r.joint.chi2, r.joint.pvalue, (long long)r.spot,
+         (long long)r.spot_bad);
+  printf("generator flat race over [%d, %d) (groups 31..36, two runs of calls): %lld offsets: "
+         "%lld bins chi2 %.2f p %.3f; the parts (4, 32, 4 indices) chi2 %.2f p %.3f; 256 "
+         "winners equal to fxRefSampleRace's but %lld\n",
+         RACE_LO, RACE_LO + RACE_N, (long long)r.races, (long long)r.race.bins, r.race.chi2,
+         r.race.pvalue, r.parts.chi2, r.parts.pvalue, (long long)r.race_ref_bad);
+  CHECK(r.e.pvalue > P_REJECT && r.e.zmax < r.e.zcrit && r.et.pvalue > P_REJECT,
+        "E: chi-square p-value %.3g (chi2 %.2f), max|z| %.2f (critical %.2f); by position p %.3g",
+        r.e.pvalue, r.e.chi2, r.e.zmax, r.e.zcrit, r.et.pvalue);
+  CHECK(r.off_pos == 0, "%lld of %lld groups: the largest G is not -log(Emin) at w & 7 (or tied)",
+        (long long)r.off_pos, (long long)r.groups);
+  CHECK(r.pos.pvalue > P_REJECT && r.joint.pvalue > P_REJECT,
+        "the minimum's position: chi-square p-value %.3g (chi2 %.2f); with its bin %.3g (chi2 "
+        "%.2f)",
+        r.pos.pvalue, r.pos.chi2, r.joint.pvalue, r.joint.chi2);
+  CHECK(r.spot_bad == 0 && r.race_ref_bad == 0,
+        "%lld of %lld spot values differ from dpsSampleGumbel; %lld race winners from "
+        "fxRefSampleRace's",
+        (long long)r.spot_bad, (long long)r.spot, (long long)r.race_ref_bad);
+  CHECK(r.race.pvalue > P_REJECT && r.parts.pvalue > P_REJECT,
+        "flat race: chi-square p-value %.3g (chi2 %.2f), parts %.3g (chi2 %.2f)", r.race.pvalue,
+        r.race.chi2, r.parts.pvalue, r.parts.chi2);
+  /* negative controls: planted faults, an eighth of the indices, the same
+   * tests; each must be rejected by the test made for it (the position
+   * ignored: E's bins and the minimum's bins; Emin without its 1/8: E's
+   * bins; the position from w's top bits: the position x bin table and E's
+   * bins by position) */
+  static const struct {
+    const char* name;
+    noiseFn fn;
+  } plants[3] = {{"position ignored (E = Emin - log U everywhere)", noiseNoPos},
+                 {"Emin not divided by 8", noiseNoScale},
+                 {"position from w >> 29 (not independent of Emin)", noisePosHigh}};
+  for (int k = 0; k < 3; ++k) {
+    const genResult b = genTest(plants[k].fn, runs / 8 > 8 ? runs / 8 : 8, races / 4);
+    const int e_rej = b.e.pvalue < P_REJECT || b.e.zmax >= b.e.zcrit;
+    const int et_rej = b.et.pvalue < P_REJECT;
+    const int m_rej = b.pos.pvalue < P_REJECT || b.joint.pvalue < P_REJECT;
+    const int r_rej = b.race.pvalue < P_REJECT || b.parts.pvalue < P_REJECT;
+    printf("negative control (%s), %lld indices: E chi2 %.1f p %.3g max|z| %.1f -> %s; by "
+           "position chi2 %.1f p %.3g -> %s; minimum position chi2 %.1f p %.3g, position x bin "
+           "chi2 %.1f p %.3g -> %s; race (%lld offsets) chi2 %.1f p %.3g, parts chi2 %.1f p "
+           "%.3g -> %s\n",
+           plants[k].name, (long long)b.n, b.e.chi2, b.e.pvalue, b.e.zmax,
+           e_rej ? "rejected" : "not rejected", b.et.chi2, b.et.pvalue,
+           et_rej ? "rejected" : "not rejected", b.pos.chi2, b.pos.pvalue, b.joint.chi2,
+           b.joint.pvalue, m_rej ? "rejected" : "not rejected", (long long)b.races, b.race.chi2,
+           b.race.pvalue, b.parts.chi2, b.parts.pvalue, r_rej ? "rejected" : "not rejected");
+    if (k == 0)
+      CHECK(e_rej && m_rej, "planted '%s' not rejected by E's and the minimum's tests",
+            plants[k].name);
+    else if (k == 1)
+      CHECK(e_rej, "planted '%s' not rejected by E's chi-square", plants[k].name);
+    else
+      CHECK(m_rej && et_rej, "planted '%s' not rejected by the position tests", plants[k].name);
   }
   *seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
 }
@@ -1041,14 +1508,17 @@ int main(void) {
   const chiCase* bugcase[4] = {&cases[7], &cases[1], &cases[6], &cases[1]};
   const int bugs[4] = {FX_SAMPLE_BUG_TOPK_PLUS1, FX_SAMPLE_BUG_TOPK_MINUS1, FX_SAMPLE_BUG_TOPP_LE,
                        FX_SAMPLE_BUG_EXP_NOISE};
-  double chi_sec = 0;
+  double chi_sec = 0, gen_sec = 0;
   testChiSquare(cases, nc, bugcase, bugs, &chi_sec);
+  testGenerator(&gen_sec);
 
   const double total = (double)(clock() - c0) / CLOCKS_PER_SEC;
   if (fxExpectFailed) {
     fprintf(stderr, "test_sample_ref: %d checks failed\n", fxExpectFailed);
     return 1;
   }
-  printf("test_sample_ref: passed (chi-square part %.1f s, total %.1f s CPU)\n", chi_sec, total);
+  printf("test_sample_ref: passed (chi-square part %.1f s, generator part %.1f s, total %.1f s "
+         "CPU)\n",
+         chi_sec, gen_sec, total);
   return 0;
 }

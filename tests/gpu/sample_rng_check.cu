@@ -13,9 +13,14 @@ __global__ void rngCheckKernel(int mode, const void* in, void* out, long long n,
   for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n;
        j += (long long)gridDim.x * blockDim.x) {
     switch (mode) {
-      case RNG_CHECK_GUMBEL_RANGE: { /* out: double G of x = x0 + j * stride (mod 2^32) */
-        const uint32_t x = x0 + (uint32_t)j * stride;
-        ((double*)out)[j] = dpsGumbelFromBits(x);
+      case RNG_CHECK_NOISE_RANGE: { /* out: rngNoiseOut of v = x0 + j * stride (mod 2^32) */
+        const uint32_t v = x0 + (uint32_t)j * stride;
+        rngNoiseOut o;
+        o.e = dpsSampleExpFromBits(v);
+        o.emin = dpsSampleGroupMin(v);
+        o.g_pos = dpsSampleGumbelIn(v, v & 7u, 0u);
+        o.g = dpsSampleGumbelIn(v, (v & 7u) ^ 1u, v ^ RNG_CHECK_XMIX);
+        ((rngNoiseOut*)out)[j] = o;
         break;
       }
       case RNG_CHECK_MAPPING: { /* in: rngTriple; out: rngMapOut */
@@ -24,9 +29,25 @@ __global__ void rngCheckKernel(int mode, const void* in, void* out, long long n,
         uint32_t ctr[4] = {t.ctr[0], t.ctr[1], t.ctr[2], t.ctr[3]};
         uint32_t key[2] = {t.key[0], t.key[1]};
         dpsPhilox4x32_10(ctr, key, o.philox);
-        o.x = dpsSampleBits(t.seed, t.offset, t.index);
+        o.w = dpsSampleGroupWord(t.seed, t.offset, t.index);
+        o.x = dpsSampleIndexBits(t.seed, t.offset, t.index);
+        o.call = dpsSampleGroupCall(t.index);
+        o.slot = dpsSampleGroupSlot(t.index);
+        o.pad = 0;
+        o.emin = dpsSampleGroupMin(o.w);
         o.g = dpsSampleGumbel(t.seed, t.offset, t.index);
         ((rngMapOut*)out)[j] = o;
+        break;
+      }
+      case RNG_CHECK_WORDS: { /* in: rngWordIn; out: rngWordOut */
+        const rngWordIn a = ((const rngWordIn*)in)[j];
+        rngWordOut o;
+        o.um = dpsSampleGroupUniform(a.w);
+        o.u = dpsSampleUniform(a.x);
+        o.emin = dpsSampleGroupMin(a.w);
+        o.e = dpsSampleExpFromBits(a.x);
+        o.g = dpsSampleGumbelIn(a.w, a.t, a.x);
+        ((rngWordOut*)out)[j] = o;
         break;
       }
       case RNG_CHECK_LOG: { /* in: double; out: double */

@@ -1,10 +1,17 @@
 /* Host and device evaluate src/core/sample_rng.h bit for bit alike (one GPU):
- * the Gumbel noise G(x) of x on a stride over all 2^32 values (every x with
- * DPS_SAMPLE_RNG_EXHAUSTIVE=1), Philox4x32-10 on raw words and the mapping
- * (seed, offset, index) -> x, G on random and edge inputs, dpsLogDet on
- * random bit patterns (subnormals, specials), the fp32 score, the key and
- * the min-p decision, and the soft-cap's dpsTanhDet, dpsExpm1Det and
- * dpsSampleSoftCap (added without a GPU at hand: compiled, not yet run).
+ * the noise of a 32-bit word v on a stride over all 2^32 values (every v
+ * with DPS_SAMPLE_RNG_EXHAUSTIVE=1; the stride 257 reaches 0 and 2^32 - 1):
+ * -log(U(v)), Emin of v as a group's word (every w >> 3 from 0 to 2^29 - 1
+ * on the stride), G at a group's position and away from it; the noise of
+ * chosen words (w >> 3 = 0 and 2^29 - 1, x = 0 and 2^32 - 1, every
+ * position t, and random); Philox4x32-10 on raw words and the mapping (seed,
+ * offset, index) -> the group word w, its call and slot, the index word x,
+ * Emin and G on random and edge inputs (index 0, INT64_MAX, seed and offset
+ * all ones, groups across call and run boundaries, an eighth at their
+ * group's position); dpsLogDet on random bit patterns (subnormals,
+ * specials), the fp32 score, the key and the min-p decision, and the
+ * soft-cap's dpsTanhDet, dpsExpm1Det and dpsSampleSoftCap. The grouped noise
+ * (groups of 8) was added without a GPU at hand: compiled, not yet run.
  * Exits 77 (skipped) without a GPU.
  *
  * Needs only the CUDA runtime: besides the CMake target it builds alone, e.g.
@@ -46,20 +53,29 @@ static uint64_t splitmix(uint64_t* s) {
   return z ^ (z >> 31);
 }
 
-/* ---- G over x: host threads compare a batch ------------------------------- */
+/* ---- the noise over v: host threads compare a batch ----------------------- */
 typedef struct {
-  const double* dev;
+  const rngNoiseOut* dev;
   uint32_t x0, stride;
   long long begin, end;
   long long mismatches;
   long long first;
 } rangeJob;
 
+static rngNoiseOut hostNoise(uint32_t v) {
+  rngNoiseOut o;
+  o.e = dpsSampleExpFromBits(v);
+  o.emin = dpsSampleGroupMin(v);
+  o.g_pos = dpsSampleGumbelIn(v, v & 7u, 0u);
+  o.g = dpsSampleGumbelIn(v, (v & 7u) ^ 1u, v ^ RNG_CHECK_XMIX);
+  return o;
+}
+
 static void* rangeWorker(void* arg) {
   rangeJob* j = (rangeJob*)arg;
   for (long long i = j->begin; i < j->end; ++i) {
-    const uint32_t x = j->x0 + (uint32_t)i * j->stride;
-    const double h = dpsGumbelFromBits(x);
+    const uint32_t v = j->x0 + (uint32_t)i * j->stride;
+    const rngNoiseOut h = hostNoise(v);
     if (memcmp(&h, &j->dev[i], sizeof h) != 0) {
       if (j->mismatches++ == 0) j->first = i;
     }
@@ -67,14 +83,14 @@ static void* rangeWorker(void* arg) {
   return NULL;
 }
 
-static void checkGumbelRange(int exhaustive) {
+static void checkNoiseRange(int exhaustive) {
   const clock_t c0 = clock();
-  const long long batch = 1ll << 26;
+  const long long batch = 1ll << 24;
   const uint32_t stride = exhaustive ? 1u : 257u;
   const long long total = exhaustive ? (1ll << 32) : (long long)(0xffffffffull / 257u) + 1;
-  double *d_out, *h_out;
-  CUDA_OK(cudaMalloc((void**)&d_out, (size_t)batch * sizeof(double)));
-  h_out = (double*)malloc((size_t)batch * sizeof(double));
+  rngNoiseOut *d_out, *h_out;
+  CUDA_OK(cudaMalloc((void**)&d_out, (size_t)batch * sizeof *d_out));
+  h_out = (rngNoiseOut*)malloc((size_t)batch * sizeof *h_out);
   long nthreads = sysconf(_SC_NPROCESSORS_ONLN);
   if (nthreads < 1) nthreads = 1;
   if (nthreads > 64) nthreads = 64;
@@ -82,8 +98,8 @@ static void checkGumbelRange(int exhaustive) {
   for (long long b0 = 0; b0 < total; b0 += batch) {
     const long long n = total - b0 < batch ? total - b0 : batch;
     const uint32_t x0 = (uint32_t)((uint64_t)b0 * stride);
-    CUDA_OK(rngCheckLaunch(RNG_CHECK_GUMBEL_RANGE, NULL, d_out, n, x0, stride));
-    CUDA_OK(cudaMemcpy(h_out, d_out, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost));
+    CUDA_OK(rngCheckLaunch(RNG_CHECK_NOISE_RANGE, NULL, d_out, n, x0, stride));
+    CUDA_OK(cudaMemcpy(h_out, d_out, (size_t)n * sizeof *h_out, cudaMemcpyDeviceToHost));
     pthread_t th[64];
     rangeJob jobs[64];
     for (long t = 0; t < nthreads; ++t) {
@@ -100,18 +116,23 @@ static void checkGumbelRange(int exhaustive) {
       pthread_join(th[t], NULL);
       if (jobs[t].mismatches > 0 && mismatches == 0) {
         const long long i = jobs[t].first;
-        const uint32_t x = x0 + (uint32_t)i * stride;
-        fprintf(stderr, "G(x = %08x): host %.17g, device %.17g\n", x, dpsGumbelFromBits(x),
-                h_out[i]);
+        const uint32_t v = x0 + (uint32_t)i * stride;
+        const rngNoiseOut h = hostNoise(v);
+        fprintf(stderr,
+                "noise(v = %08x): host -log U %.17g Emin %.17g G(pos) %.17g G %.17g, device "
+                "%.17g %.17g %.17g %.17g\n",
+                v, h.e, h.emin, h.g_pos, h.g, h_out[i].e, h_out[i].emin, h_out[i].g_pos,
+                h_out[i].g);
       }
       mismatches += jobs[t].mismatches;
     }
     done += n;
   }
-  CHECK(mismatches == 0, "G: %lld of %lld values differ between host and device", mismatches,
+  CHECK(mismatches == 0, "noise: %lld of %lld words differ between host and device", mismatches,
         done);
-  printf("G(x): %lld values of x (%s), host == device bit for bit: %s (%.1f s host CPU)\n", done,
-         exhaustive ? "every x" : "stride 257", mismatches == 0 ? "yes" : "NO",
+  printf("noise of v (-log U, Emin, -log Emin at the position, -log(Emin - log U) away): %lld "
+         "values of v (%s), host == device bit for bit: %s (%.1f s host CPU)\n",
+         done, exhaustive ? "every v" : "stride 257", mismatches == 0 ? "yes" : "NO",
          (double)(clock() - c0) / CLOCKS_PER_SEC);
   cudaFree(d_out);
   free(h_out);
@@ -142,7 +163,11 @@ static void checkMapping(long long n) {
     in[j].offset = splitmix(&s) >> (j % 64);
     in[j].index = (int64_t)(splitmix(&s) >> (1 + j % 63));
   }
-  /* edges: zeros, all ones, the published KAT inputs */
+  /* edges: zeros, all ones, the published KAT inputs; then indices at call
+   * and run boundaries (groups 31 / 32, 127 / 128: the call's slot and run
+   * change), a call whose high word is set, the last group below 2^63, with
+   * seeds and offsets at their extremes; every 8th other index moved onto
+   * its group's position (E = Emin there) */
   memset(&in[0], 0, sizeof in[0]);
   memset(&in[1], 0xff, sizeof in[1]);
   in[1].index = INT64_MAX;
@@ -150,25 +175,112 @@ static void checkMapping(long long n) {
   const uint32_t kk[2] = {0xa4093822, 0x299f31d0};
   memcpy(in[2].ctr, kc, sizeof kc);
   memcpy(in[2].key, kk, sizeof kk);
+  static const int64_t eidx[] = {0, 7, 8, 255, 256, 1023, 1024, (1ll << 39) * 8 - 1,
+                                 (1ll << 39) * 8, (1ll << 42) + 5, INT64_MAX - 1023, INT64_MAX - 8,
+                                 INT64_MAX};
+  static const uint64_t eso[] = {0, 1, 0xffffffffull, 1ull << 32, ~0ull};
+  const long long ne = (long long)(sizeof eidx / sizeof eidx[0]);
+  const long long nso = (long long)(sizeof eso / sizeof eso[0]);
+  for (long long k = 0; k < ne * nso * nso && 3 + k < n; ++k) {
+    in[3 + k].index = eidx[k % ne];
+    in[3 + k].seed = eso[(k / ne) % nso];
+    in[3 + k].offset = eso[k / (ne * nso)];
+  }
+  long long at_pos = 0;
+  for (long long j = 3 + ne * nso * nso; j < n; j += 8) {
+    const uint32_t w = dpsSampleGroupWord(in[j].seed, in[j].offset, in[j].index);
+    in[j].index = (int64_t)(((uint64_t)in[j].index & ~(uint64_t)7u) | (w & 7u));
+  }
   rngMapOut* out = (rngMapOut*)devRun(RNG_CHECK_MAPPING, in, sizeof *in, sizeof *out, n);
   long long bad = 0;
   for (long long j = 0; j < n; ++j) {
     uint32_t ph[4];
     dpsPhilox4x32_10(in[j].ctr, in[j].key, ph);
-    const uint32_t x = dpsSampleBits(in[j].seed, in[j].offset, in[j].index);
+    const uint32_t w = dpsSampleGroupWord(in[j].seed, in[j].offset, in[j].index);
+    const uint32_t x = dpsSampleIndexBits(in[j].seed, in[j].offset, in[j].index);
+    const uint64_t call = dpsSampleGroupCall(in[j].index);
+    const uint32_t slot = dpsSampleGroupSlot(in[j].index);
+    const double emin = dpsSampleGroupMin(w);
     const double g = dpsSampleGumbel(in[j].seed, in[j].offset, in[j].index);
-    if (memcmp(ph, out[j].philox, sizeof ph) != 0 || x != out[j].x ||
-        memcmp(&g, &out[j].g, sizeof g) != 0) {
+    at_pos += ((uint64_t)in[j].index & 7u) == (w & 7u);
+    if (memcmp(ph, out[j].philox, sizeof ph) != 0 || w != out[j].w || x != out[j].x ||
+        call != out[j].call || slot != out[j].slot ||
+        memcmp(&emin, &out[j].emin, sizeof emin) != 0 || memcmp(&g, &out[j].g, sizeof g) != 0) {
       if (bad++ == 0)
-        fprintf(stderr, "mapping %lld: host %08x %.17g, device %08x %.17g\n", j, x, g, out[j].x,
-                out[j].g);
+        fprintf(stderr,
+                "mapping %lld (seed %llx, offset %llx, index %lld): host w %08x x %08x call %llx "
+                "slot %u Emin %.17g G %.17g, device w %08x x %08x call %llx slot %u Emin %.17g "
+                "G %.17g\n",
+                j, (unsigned long long)in[j].seed, (unsigned long long)in[j].offset,
+                (long long)in[j].index, w, x, (unsigned long long)call, slot, emin, g, out[j].w,
+                out[j].x, (unsigned long long)out[j].call, out[j].slot, out[j].emin, out[j].g);
     }
   }
-  CHECK(out[0].philox[0] == 0x6627e8d5u && out[2].philox[0] == 0xd16cfe09u,
-        "device Philox KAT: %08x %08x", out[0].philox[0], out[2].philox[0]);
+  /* in[0] is all zeros: Random123's first KAT vector, and x of (seed 0,
+   * offset 0, index 0) is its word 0; w of that index and G are
+   * tests/cpu/test_sample_ref.c's pins (computed by python/tests/refs.py) */
+  uint64_t g0;
+  memcpy(&g0, &out[0].g, sizeof g0);
+  CHECK(out[0].philox[0] == 0x6627e8d5u && out[2].philox[0] == 0xd16cfe09u &&
+            out[0].x == 0x6627e8d5u && out[0].w == 0xa2b20ccfu && g0 == 0x3f9991a39ebd1d03ull,
+        "device Philox KAT: %08x %08x; (0, 0, 0): w %08x x %08x G %016llx", out[0].philox[0],
+        out[2].philox[0], out[0].w, out[0].x, (unsigned long long)g0);
   CHECK(bad == 0, "mapping: %lld of %lld differ", bad, n);
-  printf("Philox4x32-10 and (seed, offset, index) -> x, G: %lld inputs, host == device: %s\n", n,
-         bad == 0 ? "yes" : "NO");
+  printf("Philox4x32-10 and (seed, offset, index) -> w, call, slot, x, Emin, G: %lld inputs (%lld "
+         "at their group's position, %lld edges), host == device: %s\n",
+         n, at_pos, ne * nso * nso + 3, bad == 0 ? "yes" : "NO");
+  free(in);
+  free(out);
+}
+
+/* The noise of chosen words: w at its extremes (w >> 3 = 0: the largest
+ * Emin, 2^29 - 1: the smallest) and random, x at its extremes (0: the
+ * largest -log U, 2^32 - 1: the smallest) and random, every position t
+ * (one of them w's own: E = Emin). */
+static void checkWords(long long n) {
+  uint64_t s = 15;
+  static const uint32_t ew[] = {0u, 7u, 8u, 0x80000000u, 0xfffffff0u, 0xfffffff8u, 0xffffffffu};
+  static const uint32_t ex[] = {0u, 1u, 0x7fffffffu, 0xfffffffeu, 0xffffffffu};
+  const long long nw = (long long)(sizeof ew / sizeof ew[0]);
+  const long long nx = (long long)(sizeof ex / sizeof ex[0]);
+  rngWordIn* in = (rngWordIn*)calloc((size_t)n, sizeof *in);
+  long long j = 0;
+  for (long long a = 0; a < nw; ++a)
+    for (long long b = 0; b < nx; ++b)
+      for (uint32_t t = 0; t < 8 && j < n; ++t, ++j) in[j].w = ew[a], in[j].x = ex[b], in[j].t = t;
+  const long long nedge = j;
+  for (; j < n; ++j) {
+    const uint64_t r = splitmix(&s);
+    in[j].w = (uint32_t)r;
+    in[j].x = (uint32_t)(r >> 32);
+    in[j].t = j % 4 == 0 ? in[j].w & 7u : (uint32_t)(j >> 2) & 7u;
+    if (j % 16 == 1) in[j].w = (uint32_t)(j & 7) | (j % 32 == 1 ? 0u : 0xfffffff8u); /* extremes */
+  }
+  rngWordOut* out = (rngWordOut*)devRun(RNG_CHECK_WORDS, in, sizeof *in, sizeof *out, n);
+  long long bad = 0;
+  double gmin = INFINITY, gmax = -INFINITY;
+  for (j = 0; j < n; ++j) {
+    rngWordOut h;
+    h.um = dpsSampleGroupUniform(in[j].w);
+    h.u = dpsSampleUniform(in[j].x);
+    h.emin = dpsSampleGroupMin(in[j].w);
+    h.e = dpsSampleExpFromBits(in[j].x);
+    h.g = dpsSampleGumbelIn(in[j].w, in[j].t, in[j].x);
+    if (h.g < gmin) gmin = h.g;
+    if (h.g > gmax) gmax = h.g;
+    if (memcmp(&h, &out[j], sizeof h) != 0 && bad++ == 0)
+      fprintf(stderr,
+              "words %lld (w %08x t %u x %08x): host Um %a U %a Emin %a -log U %a G %a, device "
+              "%a %a %a %a %a\n",
+              j, in[j].w, in[j].t, in[j].x, h.um, h.u, h.emin, h.e, h.g, out[j].um, out[j].u,
+              out[j].emin, out[j].e, out[j].g);
+  }
+  CHECK(bad == 0, "words: %lld of %lld differ", bad, n);
+  CHECK(gmin > -3.238 && gmin < -3.237 && gmax > 22.87 && gmax < 22.88,
+        "G of the edge words in [%.17g, %.17g], not the documented [-3.24, 22.87]", gmin, gmax);
+  printf("the noise of chosen (w, t, x): %lld inputs (%lld at the extremes), G in [%.6f, %.6f], "
+         "host == device: %s\n",
+         n, nedge, gmin, gmax, bad == 0 ? "yes" : "NO");
   free(in);
   free(out);
 }
@@ -213,7 +325,9 @@ static void checkScalars(long long n) {
     in[j].lmax = (float)(mag * ((double)(splitmix(&s) >> 11) * 0x1p-53 - 0.2));
     in[j].logit = in[j].lmax - (float)(mag * (double)(splitmix(&s) >> 11) * 0x1p-53);
     in[j].temperature = temps[j % 8];
-    in[j].gumbel = dpsGumbelFromBits((uint32_t)splitmix(&s));
+    const uint64_t r = splitmix(&s); /* G of random words, a quarter at the position */
+    in[j].gumbel = dpsSampleGumbelIn((uint32_t)r, j % 4 == 0 ? (uint32_t)r & 7u : (uint32_t)j & 7u,
+                                     (uint32_t)(r >> 32));
     in[j].min_p = j % 7 == 0 ? 0.0f : (float)((double)(splitmix(&s) >> 40) * 0x1p-24);
     in[j].log_min_p = dpsLogDet((double)in[j].min_p);
     if (j % 11 == 3) { /* fp32 subnormal logits (a build with -ftz=true differs here) */
@@ -299,7 +413,8 @@ int main(void) {
     return 77;
   }
   const char* ex = getenv("DPS_SAMPLE_RNG_EXHAUSTIVE");
-  checkGumbelRange(ex != NULL && strcmp(ex, "1") == 0);
+  checkNoiseRange(ex != NULL && strcmp(ex, "1") == 0);
+  checkWords(1 << 20);
   checkMapping(1 << 20);
   checkLog(1 << 22);
   checkScalars(1 << 22);
