@@ -28,11 +28,6 @@ __device__ __noinline__ float exactKey(float x, float T, u64 seed, u64 offset, u
   return dpsSampleKey(dpsSampleScore(x, T), dpsSampleGumbel(seed, offset, (int64_t)gi));
 }
 
-/* The word of the group of 8 holding index gi (one Philox call). */
-__device__ __forceinline__ uint32_t raceGroupWord(u64 seed, u64 offset, uint32_t gi) {
-  return dpsSampleGroupWord(seed, offset, (int64_t)gi);
-}
-
 /* 2^29 - 1 - (w >> 3), the bound's left side (exact below 2^24, rounded
  * above: delta covers it). */
 __device__ __forceinline__ float raceGap(uint32_t w) { return (float)(~w >> 3); }
@@ -95,6 +90,19 @@ struct RaceBest {
   float v;    /* logit */
 };
 
+/* The better of b and the warp's best m (every lane calls; the result is
+ * the same on every lane). */
+__device__ __forceinline__ RaceBest raceWarpBest(RaceBest m, RaceBest b) {
+  const uint32_t ok = orderKey(m.k);
+  const uint32_t mk = __reduce_max_sync(0xffffffffu, ok);
+  const uint32_t mi = __reduce_min_sync(0xffffffffu, ok == mk ? m.i : NO_INDEX);
+  const int src = __ffs(__ballot_sync(0xffffffffu, ok == mk && m.i == mi)) - 1;
+  const float k = __shfl_sync(0xffffffffu, m.k, src);
+  const float v = __shfl_sync(0xffffffffu, m.v, src);
+  if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
+  return b;
+}
+
 /* The exact keys of the n queued indices (a whole warp calls): the better of
  * their best and `b`, the same on every lane. */
 __device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, float A, float B,
@@ -108,14 +116,7 @@ __device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, f
     if (k > -INFINITY && raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
   }
   __syncwarp(); /* the slots may be refilled */
-  const uint32_t ok = orderKey(m.k);
-  const uint32_t mk = __reduce_max_sync(0xffffffffu, ok);
-  const uint32_t mi = __reduce_min_sync(0xffffffffu, ok == mk ? m.i : NO_INDEX);
-  const int src = __ffs(__ballot_sync(0xffffffffu, ok == mk && m.i == mi)) - 1;
-  const float k = __shfl_sync(0xffffffffu, m.k, src);
-  const float v = __shfl_sync(0xffffffffu, m.v, src);
-  if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
-  return b;
+  return raceWarpBest(m, b);
 }
 
 template <int C>
@@ -136,7 +137,7 @@ __device__ __noinline__ uint32_t racePassMaskAnyAlign(u64 seed, u64 offset, floa
     if (!(vals.v[t] > -INFINITY)) continue; /* not in the race (the exact path's race) */
     const uint32_t gi = gi0 + (uint32_t)t;
     if ((gi >> 3) != cq) {
-      gap = raceGap(raceGroupWord(seed, offset, gi));
+      gap = raceGap(dpsSampleGroupWord(seed, offset, (int64_t)gi));
       cq = gi >> 3;
     }
     m |= raceMayReach(vals.v[t], gap, A, B) ? 1u << t : 0u;
@@ -211,7 +212,7 @@ struct Race {
     uint32_t m = 0u;
     if ((C == 8 || C == 4) && (gi0 & (uint32_t)(C - 1)) == 0u) {
       /* the C indices share one group of 8: one Philox call, one gap */
-      const float gap = raceGap(raceGroupWord(seed, offset, gi0));
+      const float gap = raceGap(dpsSampleGroupWord(seed, offset, (int64_t)gi0));
 #pragma unroll
       for (int t = 0; t < C; ++t) m |= raceMayReach(v[t], gap, A, B) ? 1u << t : 0u;
     } else {
@@ -239,7 +240,7 @@ struct Race {
       visit<C>(gi0, v);
       return;
     }
-    const float gap = raceGap(raceGroupWord(seed, offset, gi0));
+    const float gap = raceGap(dpsSampleGroupWord(seed, offset, (int64_t)gi0));
     float mx = v[0];
 #pragma unroll
     for (int t = 1; t < C; ++t) mx = fmaxf(mx, v[t]);
@@ -276,7 +277,7 @@ struct Race {
     if (prune && to > from) {
       long long j0 = from + (to - from) * (long long)threadIdx.x / (long long)blockDim.x;
       j0 -= (long long)((uint32_t)(col0 + j0) & 7u);
-      const uint32_t w = raceGroupWord(seed, offset, (uint32_t)(col0 + j0));
+      const uint32_t w = dpsSampleGroupWord(seed, offset, (int64_t)(uint32_t)(col0 + j0));
       const long long j = j0 + (long long)(w & 7u);
       const uint32_t m = w >> 3;
       if (j >= from && j < to && m > 0u) {
@@ -402,14 +403,7 @@ __device__ __noinline__ RaceBest leanFlush(const uint32_t* q, int n, const char*
     }
   }
   __syncwarp(); /* the slots may be refilled */
-  const uint32_t ok = orderKey(m.k);
-  const uint32_t mk = __reduce_max_sync(0xffffffffu, ok);
-  const uint32_t mi = __reduce_min_sync(0xffffffffu, ok == mk ? m.i : NO_INDEX);
-  const int src = __ffs(__ballot_sync(0xffffffffu, ok == mk && m.i == mi)) - 1;
-  const float k = __shfl_sync(0xffffffffu, m.k, src);
-  const float v = __shfl_sync(0xffffffffu, m.v, src);
-  if (raceBetter(k, mi, b.k, b.i)) b = RaceBest{k, mi, v};
-  return b;
+  return raceWarpBest(m, b);
 }
 
 /* The race over global [col0 + from, col0 + to) of a row whose 16-byte
