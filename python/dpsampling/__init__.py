@@ -149,23 +149,56 @@ def _tensor_or_raise(name, value, kind):
     return value
 
 
+_F32_MAX = 3.4028234663852886e38  # the greatest finite fp32
+_F32_TINY = 2.0**-149  # the least positive fp32
+_F32_BELOW_1 = 1.0 - 2.0**-24  # the greatest fp32 below 1
+
+
+def _temperature_scalar(v):
+    if not 0.0 <= v <= _F32_MAX:  # NaN fails too
+        raise ValueError(f"temperature={v!r} must be finite, >= 0 and within fp32's range "
+                         f"(<= {_F32_MAX!r})")
+    return v  # below 2^-150 it rounds to 0 in fp32: the argmax, its limit
+
+
+def _top_p_scalar(v):
+    if not 0.0 < v <= 1.0:
+        raise ValueError(f"top_p={v!r} must be in (0, 1]")
+    return v if v >= _F32_TINY else _F32_TINY  # not 0 in fp32: the first token only
+
+
+def _min_p_scalar(v):
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"min_p={v!r} must be in [0, 1)")
+    return v if v <= _F32_BELOW_1 else _F32_BELOW_1  # not 1 in fp32
+
+
+# each float parameter's range, checked on the value passed (a double), before
+# the library rounds it to fp32
+_FLOAT_SCALARS = {"temperature": _temperature_scalar, "top_p": _top_p_scalar,
+                  "min_p": _min_p_scalar}
+
+
 def _float_param(name, value, off):
     """A sample() parameter of float kind: None -> `off` (the filter off;
-    refused where off is None: temperature), a real number -> float (the
-    library checks its range), else a float32 tensor [rows]."""
+    refused where off is None: temperature), a real number -> float in the
+    parameter's range (ValueError naming it otherwise), else a float32
+    tensor [rows] (its entries are checked on the device)."""
     t = type(value)
-    if t is float:  # the common cases first: this runs on every eager call
-        return value
-    if t is int:
-        return float(value)
-    if value is None and off is not None:
-        return off
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    if value is None or isinstance(value, (bool, numbers.Number)):
-        raise TypeError(f"{name} must be a real number or a tensor [rows] of torch.float32, got "
-                        f"{type(value).__name__}")
-    return _tensor_or_raise(name, value, "torch.float32")
+    if t is not float:  # a float is the common case: this runs on every eager call
+        if value is None and off is not None:
+            return off
+        if t is not int and (value is None or isinstance(value, bool) or
+                             not isinstance(value, numbers.Real)):
+            if value is None or isinstance(value, (bool, numbers.Number)):
+                raise TypeError(f"{name} must be a real number or a tensor [rows] of "
+                                f"torch.float32, got {type(value).__name__}")
+            return _tensor_or_raise(name, value, "torch.float32")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"{name}={value!r} is too large for a float") from None
+    return _FLOAT_SCALARS[name](value)
 
 
 def _int_param(name, value, lo, hi, kind, wrap=False):

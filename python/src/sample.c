@@ -3,6 +3,8 @@
  * row or request). */
 #include "binding.h"
 
+#include <float.h>
+
 /* The length of a parameter tensor: one entry per row (sample: `n` rows of
  * local_logits) or per request (verify_chain: n == pad_bs). */
 typedef enum { PER_ROW, PER_REQUEST } ParamsPer;
@@ -46,7 +48,7 @@ static int sample_float(PyObject* o, float* v) {
   if (!PyFloat_Check(o) && !PyLong_Check(o)) return 0;
   const double d = PyFloat_AsDouble(o);
   if (d == -1.0 && PyErr_Occurred()) return -1;
-  *v = (float)d; /* out of fp32 range becomes inf: the library refuses it by name */
+  *v = (float)d; /* sample() has checked the range (its _float_param) */
   return 1;
 }
 
@@ -291,22 +293,30 @@ PyObject* comm_verify_chain(CommObject* self, PyObject* const* args, Py_ssize_t 
 static PyObject* s_one_f = NULL;  /* 1.0: top_p off */
 static PyObject* s_zero_f = NULL; /* 0.0: min_p off, softcap off */
 
-static int fast_float(PyObject* o, PyObject* off, PyObject** out) {
+/* A float parameter: a tensor, or a float or int in [lo, hi], the values
+ * the helper would pass unchanged (outside: it raises, or moves the value to
+ * one that keeps its meaning in fp32). */
+static int fast_float(PyObject* o, PyObject* off, double lo, double hi, PyObject** out) {
   if (o == NULL || o == Py_None) {
     if (off == NULL) return 0; /* temperature: required, a number */
     Py_INCREF(off);
     *out = off;
     return 1;
   }
-  if (PyLong_CheckExact(o)) { /* float(int): the helper raises OverflowError */
-    const double d = PyLong_AsDouble(o);
-    if (d == -1.0 && PyErr_Occurred()) {
+  double d;
+  if (PyFloat_CheckExact(o)) {
+    d = PyFloat_AS_DOUBLE(o);
+  } else if (PyLong_CheckExact(o)) {
+    d = PyLong_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred()) { /* too large for a float: the helper names it */
       PyErr_Clear();
       return 0;
     }
-  } else if (!PyFloat_CheckExact(o) && !is_tensor(o)) {
-    return 0;
+  } else {
+    if (!is_tensor(o)) return 0;
+    d = lo;
   }
+  if (!(d >= lo && d <= hi)) return 0; /* NaN too */
   Py_INCREF(o);
   *out = o;
   return 1;
@@ -356,9 +366,11 @@ static int fast_params(PyObject* const* q, PyObject** out) {
   for (int i = 0; i < Q_COUNT; ++i) out[i] = NULL;
   int r = 1;
   /* the helper's order: temperature, top_p, min_p, top_k, seed, offset */
-  if (r == 1) r = fast_float(q[Q_TEMP], NULL, &out[Q_TEMP]);
-  if (r == 1) r = fast_float(q[Q_TOPP], s_one_f, &out[Q_TOPP]);
-  if (r == 1) r = fast_float(q[Q_MINP], s_zero_f, &out[Q_MINP]);
+  /* the ranges of _temperature_scalar, _top_p_scalar, _min_p_scalar: fp32's
+   * largest; its least positive; its greatest below 1 */
+  if (r == 1) r = fast_float(q[Q_TEMP], NULL, 0.0, (double)FLT_MAX, &out[Q_TEMP]);
+  if (r == 1) r = fast_float(q[Q_TOPP], s_one_f, 0x1p-149, 1.0, &out[Q_TOPP]);
+  if (r == 1) r = fast_float(q[Q_MINP], s_zero_f, 0.0, 1.0 - 0x1p-24, &out[Q_MINP]);
   if (r == 1) r = fast_int(q[Q_TOPK], 0, &out[Q_TOPK]);
   if (r == 1) r = fast_int(q[Q_SEED], 1, &out[Q_SEED]);
   if (r == 1) r = fast_int(q[Q_OFFSET], 1, &out[Q_OFFSET]);
@@ -529,7 +541,8 @@ const char doc_verify_chain[] =
     "draws it, with request b's parameters and offset[b] + j; then each\n"
     "request's chain is walked (docs/sampling.md, \"The walk and its outputs\"):\n"
     "candidates int32 [pad_bs, N] on the device holds request b's last\n"
-    "accepted token (column 0, not read) and its N-1 drafts; draft i is\n"
+    "accepted token (column 0: checked to be in [0, V), not compared)\n"
+    "and its N-1 drafts; draft i is\n"
     "accepted while it equals the token of row b*N + i-1.\n"
     "predict / accept_index int32 [pad_bs, N], accept_length int32\n"
     "[pad_bs] (the bonus token counted), logprobs fp32 [pad_bs, N] (the\n"

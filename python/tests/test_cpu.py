@@ -744,7 +744,9 @@ def _same(a, b):
 
 
 _BIG = 2**2000
-_FLOATS = [0.7, 0, 1, -1.5, float("nan"), float("inf"), _BIG, True, "x", None]
+_FLOATS = [0.7, 0, 1, -1.5, float("nan"), float("inf"), _BIG, True, "x", None,
+           # the ends of the ranges, and values that fp32 would take out of them
+           1e-50, 2.0**-149, 1 - 2.0**-24, 1 - 1e-8, 1 + 1e-8, 3.4028234663852886e38, 1e39]
 _INTS = [0, 1, 50, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, True, 1.5,
          None, "x"]
 _LIMITS = [None, 1, 7, 0, -5, 2**63 - 1, 2**63, True, "x", 2.0]

@@ -20,6 +20,7 @@ Python) needs neither torch nor a GPU.
 import inspect
 import math
 import random
+import struct
 
 import pytest
 
@@ -231,12 +232,40 @@ def _bare():
                                    r"torch.float32, got list"),
     (dict(vocab_limit=0), ValueError, r"vocab_limit=0"),
     (dict(out_logprobs=object()), ValueError, r"return_logprobs=False"),
+    # the float parameters' ranges, on the value passed (before fp32 rounding)
+    (dict(temperature=-1.0), ValueError, r"temperature=-1.0 must be finite, >= 0"),
+    (dict(temperature=math.nan), ValueError, r"temperature=nan must be finite"),
+    (dict(temperature=math.inf), ValueError, r"temperature=inf must be finite"),
+    (dict(temperature=1e39), ValueError, r"temperature=1e\+39 must be .* within fp32's range"),
+    (dict(temperature=10**400), ValueError, r"temperature=1000.* is too large for a float"),
+    (dict(top_p=0), ValueError, r"top_p=0.0 must be in \(0, 1\]"),
+    (dict(top_p=1 + 1e-8), ValueError, r"top_p=1.00000001 must be in \(0, 1\]"),
+    (dict(top_p=math.nan), ValueError, r"top_p=nan must be in"),
+    (dict(min_p=1.0), ValueError, r"min_p=1.0 must be in \[0, 1\)"),
+    (dict(min_p=-1e-30), ValueError, r"min_p=-1e-30 must be in \[0, 1\)"),
+    (dict(min_p=10**400), ValueError, r"min_p=1000.* is too large for a float"),
 ])
 def test_python_side_argument_errors(kw, exc, match):
     args = dict(temperature=0.7, seed=1, offset=2)
     args.update(kw)
     with pytest.raises(exc, match=match):
         _bare().sample(object(), **args)
+
+
+def test_float_scalars_in_range_keep_their_meaning_in_fp32():
+    """A value inside the spec's range stays inside it once rounded to the
+    fp32 the library takes: top_p below the least positive fp32 keeps the
+    first token only (not 0, refused), min_p just below 1 stays below 1 (not
+    1, refused); a tiny temperature rounds to 0, the argmax (its limit)."""
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]  # noqa: E731
+    fp = dpsampling._float_param
+    assert fp("top_p", 1e-50, 1.0) == 2.0**-149 and f32(2.0**-149) > 0
+    assert fp("top_p", 2.0**-140, 1.0) == 2.0**-140 and fp("top_p", 1, 1.0) == 1.0
+    assert fp("min_p", 1 - 1e-8, 0.0) == 1 - 2.0**-24 and f32(1 - 2.0**-24) < 1
+    assert fp("min_p", 0.5, 0.0) == 0.5 and fp("min_p", 0, 0.0) == 0.0
+    assert fp("temperature", 1e-50, None) == 1e-50 and f32(1e-50) == 0.0
+    assert fp("temperature", 3.4028234663852886e38, None) == 3.4028234663852886e38
+    assert fp("top_p", None, 1.0) == 1.0 and fp("min_p", None, 0.0) == 0.0
 
 
 def test_logits_must_be_a_tensor():
