@@ -220,6 +220,33 @@ def fig_sample(plt, out):
           "(dps-perf and compare_torch.py, one session)")
 
 
+def fig_sample_s28(plt, out):
+    """dpsSample at tp=1 as of session 28 (main bc1ae4c): ours, torch's
+    sampler, the read limit, from run 4 of that session's file (its lines
+    carry a 'run4 ' prefix)."""
+    path = os.path.join(RESULTS, "2026-12-04-h200-s28-experiments.txt")
+    text = "\n".join(line[len("run4 "):] for line in _read(path).splitlines()
+                     if line.startswith("run4 "))
+    peak = hbm_peak_gbps(text)
+    ours = dps_perf_tables(text)
+    cmp_rows = compare_torch_tables(text, "sample")
+    cases = [("t", "sample_t", "temperature 0.7"), ("kp", "sample_kp", "top-k 50 + top-p 0.9"),
+             ("p", "sample_p", "top-p 0.9 alone")]
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
+    for ax, (case, op, title) in zip(axes, cases):
+        pts = sorted((r["pad_bs"] * r["n"], r["time_us"], r["bytes"]) for r in ours if r["op"] == op)
+        x = [p[0] for p in pts]
+        ax.plot(x, [p[1] for p in pts], "o-", label="dpsampling (dps-perf)")
+        tc = sorted((int(r["shape"].split("x")[0]), r["torch(us)"]) for r in cmp_rows
+                    if r["case"] == case)
+        ax.plot([p[0] for p in tc], [p[1] for p in tc], "s-", color="C3", label="torch sampler")
+        ax.plot(x, [p[2] / (peak * 1e3) for p in pts], "k--", label="read limit (%.0f GB/s)" % peak)
+        _style(ax, "dpsSample, " + title, "rows (bf16, V = 152064)")
+    _save(fig, out, "perf-sample-s28.png",
+          "one H200, tp=1, onesided, main bc1ae4c: bench/results/2026-12-04-h200-s28-experiments.txt "
+          "run 4 (dps-perf and compare_torch.py, one session)")
+
+
 def fig_verify(plt, out):
     """dpsVerifyChain at tp=1 against swap + torch verify + gather, and the read
     limit of the pad_bs*N rows."""
@@ -299,7 +326,7 @@ def main():
             "Install it with:  %s -m pip install matplotlib\n" % (sys.executable or "python3"))
         return 2
     os.makedirs(args.out, exist_ok=True)
-    for f in (fig_transport, fig_select, fig_sample, fig_verify):
+    for f in (fig_transport, fig_select, fig_sample, fig_sample_s28, fig_verify):
         f(plt, args.out)
     return 0
 
