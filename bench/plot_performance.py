@@ -195,17 +195,14 @@ def fig_select(plt, out):
           "torch: docs/performance.md (ce5d297, no raw run committed)")
 
 
-def fig_sample(plt, out):
-    """dpsSample at tp=1: ours, torch's sampler (vLLM V1 on the full row), the
-    read limit, from one session's file."""
-    path = os.path.join(RESULTS, "2026-12-01-h200-60f61fb-sample.txt")
-    text = _read(path)
+def _sample_figure(plt, out, text, cases, name, source):
+    """dpsSample at tp=1 from one session's dps-perf and compare_torch.py
+    output: ours, torch's sampler (vLLM V1 on the full row), the read limit;
+    cases = (compare_torch case, dps-perf op, title) per panel."""
     peak = hbm_peak_gbps(text)
     ours = dps_perf_tables(text)
     cmp_rows = compare_torch_tables(text, "sample")
-    cases = [("t", "sample_t", "temperature 0.7"), ("kp", "sample_kp", "top-k 50 + top-p 0.9"),
-             ("minp", "sample_minp", "min-p 0.1")]
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
+    fig, axes = plt.subplots(1, len(cases), figsize=(10, 3.1))
     for ax, (case, op, title) in zip(axes, cases):
         pts = sorted((r["pad_bs"] * r["n"], r["time_us"], r["bytes"]) for r in ours if r["op"] == op)
         x = [p[0] for p in pts]
@@ -215,36 +212,33 @@ def fig_sample(plt, out):
         ax.plot([p[0] for p in tc], [p[1] for p in tc], "s-", color="C3", label="torch sampler")
         ax.plot(x, [p[2] / (peak * 1e3) for p in pts], "k--", label="read limit (%.0f GB/s)" % peak)
         _style(ax, "dpsSample, " + title, "rows (bf16, V = 152064)")
-    _save(fig, out, "perf-sample.png",
-          "one H200, tp=1, onesided: bench/results/2026-12-01-h200-60f61fb-sample.txt "
-          "(dps-perf and compare_torch.py, one session)")
+    _save(fig, out, name, source)
+
+
+_SAMPLE_T_KP = [("t", "sample_t", "temperature 0.7"), ("kp", "sample_kp", "top-k 50 + top-p 0.9")]
+
+
+def fig_sample(plt, out):
+    """dpsSample as of 2026-12-01 (temperature, top-k + top-p, min-p)."""
+    text = _read(os.path.join(RESULTS, "2026-12-01-h200-60f61fb-sample.txt"))
+    _sample_figure(plt, out, text, _SAMPLE_T_KP + [("minp", "sample_minp", "min-p 0.1")],
+                   "perf-sample.png",
+                   "one H200, tp=1, onesided: bench/results/2026-12-01-h200-60f61fb-sample.txt "
+                   "(dps-perf and compare_torch.py, one session)")
 
 
 def fig_sample_s28(plt, out):
-    """dpsSample at tp=1 as of session 28 (main bc1ae4c): ours, torch's
-    sampler, the read limit, from run 4 of that session's file (its lines
-    carry a 'run4 ' prefix)."""
+    """dpsSample as of session 28 (main bc1ae4c; temperature, top-k + top-p,
+    top-p alone): run 4 of that session's file, whose lines carry a 'run4 '
+    prefix."""
     path = os.path.join(RESULTS, "2026-12-04-h200-s28-experiments.txt")
     text = "\n".join(line[len("run4 "):] for line in _read(path).splitlines()
                      if line.startswith("run4 "))
-    peak = hbm_peak_gbps(text)
-    ours = dps_perf_tables(text)
-    cmp_rows = compare_torch_tables(text, "sample")
-    cases = [("t", "sample_t", "temperature 0.7"), ("kp", "sample_kp", "top-k 50 + top-p 0.9"),
-             ("p", "sample_p", "top-p 0.9 alone")]
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
-    for ax, (case, op, title) in zip(axes, cases):
-        pts = sorted((r["pad_bs"] * r["n"], r["time_us"], r["bytes"]) for r in ours if r["op"] == op)
-        x = [p[0] for p in pts]
-        ax.plot(x, [p[1] for p in pts], "o-", label="dpsampling (dps-perf)")
-        tc = sorted((int(r["shape"].split("x")[0]), r["torch(us)"]) for r in cmp_rows
-                    if r["case"] == case)
-        ax.plot([p[0] for p in tc], [p[1] for p in tc], "s-", color="C3", label="torch sampler")
-        ax.plot(x, [p[2] / (peak * 1e3) for p in pts], "k--", label="read limit (%.0f GB/s)" % peak)
-        _style(ax, "dpsSample, " + title, "rows (bf16, V = 152064)")
-    _save(fig, out, "perf-sample-s28.png",
-          "one H200, tp=1, onesided, main bc1ae4c: bench/results/2026-12-04-h200-s28-experiments.txt "
-          "run 4 (dps-perf and compare_torch.py, one session)")
+    _sample_figure(plt, out, text, _SAMPLE_T_KP + [("p", "sample_p", "top-p 0.9 alone")],
+                   "perf-sample-s28.png",
+                   "one H200, tp=1, onesided, main bc1ae4c: "
+                   "bench/results/2026-12-04-h200-s28-experiments.txt run 4 (dps-perf and "
+                   "compare_torch.py, one session)")
 
 
 def fig_verify(plt, out):
