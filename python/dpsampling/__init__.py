@@ -188,16 +188,16 @@ def _float_param(name, value, off):
     if t is not float:  # a float is the common case: this runs on every eager call
         if value is None and off is not None:
             return off
-        if t is not int and (value is None or isinstance(value, bool) or
-                             not isinstance(value, numbers.Real)):
-            if value is None or isinstance(value, (bool, numbers.Number)):
-                raise TypeError(f"{name} must be a real number or a tensor [rows] of "
-                                f"torch.float32, got {type(value).__name__}")
+        if t is int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+            try:
+                value = float(value)
+            except OverflowError:
+                raise ValueError(f"{name}={value!r} is too large for a float") from None
+        elif value is None or isinstance(value, (bool, numbers.Number)):
+            raise TypeError(f"{name} must be a real number or a tensor [rows] of torch.float32, "
+                            f"got {type(value).__name__}")
+        else:
             return _tensor_or_raise(name, value, "torch.float32")
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError(f"{name}={value!r} is too large for a float") from None
     return _FLOAT_SCALARS[name](value)
 
 
