@@ -41,6 +41,47 @@ __device__ __forceinline__ void dpsPdlRelease() {
 #endif
 }
 
+/* ---- thread-block clusters (sm_90+; a kernel launched with cluster 1 never
+ * calls these but dpsClusterArriveStarted / dpsClusterWaitStarted) ------------- */
+/* The address of `p` (this block's shared memory) in block `rank` of the cluster. */
+template <typename T>
+__device__ __forceinline__ T* dpsClusterMap(T* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return reinterpret_cast<T*>(__cluster_map_shared_rank(p, rank));
+#else
+  return p;
+#endif
+}
+template <typename T>
+__device__ __forceinline__ T* dpsClusterLeader(T* p) {
+  return dpsClusterMap(p, 0u);
+}
+
+/* Distributed shared memory may be touched only once every block of the
+ * cluster has started: each thread arrives (relaxed, not waiting) when its
+ * kernel starts, and waits before its first access to another block. */
+__device__ __forceinline__ void dpsClusterArriveStarted() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive_relaxed();
+#endif
+}
+__device__ __forceinline__ void dpsClusterWaitStarted() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_wait();
+#endif
+}
+
+/* Every thread of every block of the cluster: stores before it (to any
+ * block's shared memory) are visible to every block after it. */
+__device__ __forceinline__ void dpsClusterBarrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __cluster_barrier_arrive(); /* release */
+  __cluster_barrier_wait();   /* acquire */
+#else
+  __trap(); /* never launched in clusters there (the hosts' occupancy queries find none) */
+#endif
+}
+
 /* cluster > 1: blocks [c * cluster, (c + 1) * cluster) of the 1-D grid form
  * one thread-block cluster (sm_90+; grid.x a multiple of cluster). */
 template <typename... KArgs, typename... Args>

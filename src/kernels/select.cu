@@ -53,42 +53,6 @@ constexpr int ARGMAX_THREADS = 512;
 constexpr int ARGMAX_BLOCKS_PER_SM = 4;
 constexpr int TOPK_BLOCKS_PER_SM = 2;
 
-/* ---- the blocks of a row: one cluster (sm_90+) --------------------------------- */
-/* The address of `p` (this block's shared memory) in block 0 of the cluster. */
-template <typename T>
-__device__ __forceinline__ T* clusterLeader(T* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return reinterpret_cast<T*>(__cluster_map_shared_rank(p, 0));
-#else
-  return p;
-#endif
-}
-
-/* Distributed shared memory may be touched only once every block of the
- * cluster has started: each thread arrives (relaxed, not waiting) when its
- * kernel starts, and waits before its first store into another block. */
-__device__ __forceinline__ void clusterArriveStarted() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __cluster_barrier_arrive_relaxed();
-#endif
-}
-__device__ __forceinline__ void clusterWaitStarted() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __cluster_barrier_wait();
-#endif
-}
-
-/* Every thread of every block of the cluster: stores before it (to any
- * block's shared memory) are visible to every block after it. */
-__device__ __forceinline__ void clusterBarrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __cluster_barrier_arrive(); /* release */
-  __cluster_barrier_wait();   /* acquire */
-#else
-  __trap(); /* never launched with chunks > 1 (dpsSelectWaves finds no clusters) */
-#endif
-}
-
 /* ---- logsumexp as an online (m, s) pair ------------------------------------- */
 struct Lse {
   float m, s;
@@ -229,7 +193,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   const long long row = blockIdx.x / a.chunks;
   const int chunk = (int)(blockIdx.x % a.chunks);
   const bool ll = a.sink.kind == DPS_REC_LL;
-  if (a.chunks > 1) clusterArriveStarted();
+  if (a.chunks > 1) dpsClusterArriveStarted();
   dpsPdlWait();
   /* e == 0: the communicator failed earlier; a block of a cluster still
    * takes part in the cluster barriers */
@@ -252,10 +216,10 @@ __global__ void __launch_bounds__(ARGMAX_THREADS, ARGMAX_BLOCKS_PER_SM)
   if (a.chunks > 1) {
     /* every block's partial into block 0, which folds them with one warp */
     __shared__ float4 s_part[DPS_SEL_MAX_CHUNKS];
-    clusterWaitStarted();
+    dpsClusterWaitStarted();
     if (threadIdx.x == 0)
-      *clusterLeader(&s_part[chunk]) = make_float4(st.v, __uint_as_float(st.i), st.lse.m, st.lse.s);
-    clusterBarrier();
+      *dpsClusterLeader(&s_part[chunk]) = make_float4(st.v, __uint_as_float(st.i), st.lse.m, st.lse.s);
+    dpsClusterBarrier();
     if (e == 0) return;
     if (chunk != 0) {
       if (ll) finishEpoch(a.sink.c, a.sink.op, e);
@@ -303,7 +267,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   const int chunk = (int)(blockIdx.x % a.chunks);
   const int k = a.k;
   const bool ll = a.sink.kind == DPS_REC_LL;
-  if (a.chunks > 1) clusterArriveStarted();
+  if (a.chunks > 1) dpsClusterArriveStarted();
   dpsPdlWait();
   /* e == 0: failed earlier (a block of a cluster still takes part in its barriers) */
   const u64 e = ll ? beginEpoch(a.sink.c, a.sink.op) : 1;
@@ -318,10 +282,10 @@ __global__ void __launch_bounds__(TOPK_THREADS, TOPK_BLOCKS_PER_SM)
   if (a.chunks > 1) {
     /* every chunk's list into block 0, which merges them (chunks are
      * disjoint column ranges: only fillers compare equal) */
-    clusterWaitStarted();
-    u64* lists = clusterLeader(s_lists) + chunk * k;
+    dpsClusterWaitStarted();
+    u64* lists = dpsClusterLeader(s_lists) + chunk * k;
     for (int j = threadIdx.x; j < k; j += blockDim.x) lists[j] = s_sel[j];
-    clusterBarrier();
+    dpsClusterBarrier();
     if (e == 0) return;
     if (chunk != 0) {
       if (ll) finishEpoch(a.sink.c, a.sink.op, e);
