@@ -38,8 +38,8 @@ __device__ __forceinline__ long long dpsWalkCheck(const dpsVerifyWalkArgs& w) {
 }
 
 /* Every thread of a block calls, after the block's writes of the tokens:
- * whether this block's `count` arrivals complete the `total` of the pass (the
- * same answer on every thread). Thread 0 arrives with one acquire-release
+ * whether this block's `count` arrivals at *counter complete the `total` of
+ * the pass (the same answer on every thread). Thread 0 arrives with one acquire-release
  * atomic after the barrier: the release covers every write the block made
  * before the barrier (PTX memory model: the barrier orders them before
  * thread 0's release, which is cumulative, the pattern of cooperative
@@ -47,21 +47,26 @@ __device__ __forceinline__ long long dpsWalkCheck(const dpsVerifyWalkArgs& w) {
  * second barrier, makes every other block's tokens visible. The last
  * arrival resets the count for the next call (every other block has arrived
  * by then; the kernel's end makes the reset visible to the next call). */
-__device__ __forceinline__ bool dpsWalkArrive(const dpsVerifyWalkArgs& w, unsigned count,
-                                              unsigned total) {
+__device__ __forceinline__ bool dpsArriveLast(unsigned* counter, unsigned count, unsigned total) {
   __shared__ int s_last;
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
                  : "=r"(before)
-                 : "l"(w.arrivals), "r"(count)
+                 : "l"(counter), "r"(count)
                  : "memory");
     s_last = before + count == total;
-    if (s_last) *w.arrivals = 0u;
+    if (s_last) *counter = 0u;
   }
   __syncthreads();
   return s_last != 0;
+}
+
+/* The walk's arrivals (the last block walks). */
+__device__ __forceinline__ bool dpsWalkArrive(const dpsVerifyWalkArgs& w, unsigned count,
+                                              unsigned total) {
+  return dpsArriveLast(w.arrivals, count, total);
 }
 
 /* Positions of a request whose tokens and drafts one thread loads at once
