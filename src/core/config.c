@@ -230,6 +230,9 @@ dpsResult_t dpsReadEnv(dpsEnv* e) {
   e->tiled_collect = DPS_TILED_AUTO;
   DPS_CHECK(envChoice("DPSAMPLING_TILED_COLLECT", tiled, 3, 1, "is not auto, 0 or 1",
                       &e->tiled_collect));
+  v = 1;
+  DPS_CHECK(envRange("DPSAMPLING_EXACT_SPLIT", 0, 1, "is neither 0 nor 1", &v));
+  e->exact_split = (int)v;
   return dpsSuccess;
 }
 

@@ -103,6 +103,7 @@ typedef struct {
   int pdl;               /* DPSAMPLING_PDL */
   int select_split;      /* DPSAMPLING_SELECT_SPLIT */
   int tiled_collect;     /* DPSAMPLING_TILED_COLLECT: DPS_TILED_AUTO, _NEVER, _ALWAYS */
+  int exact_split;       /* DPSAMPLING_EXACT_SPLIT */
 } dpsEnv;
 dpsResult_t dpsReadEnv(dpsEnv* env);
 
@@ -277,6 +278,8 @@ struct dpsComm {
   void* sample_mem;
   int sms;
   dpsSelWaves sel_waves;
+  int exact_clusters; /* tp == 1: clusters of dpsSample's exact kernel (0: none, see
+                         dpsSampleArgs.exact_clusters) */
   /* The record capacity (dpsRecCapacityWords(config.max_topk)), set before
    * the backend's init, which sizes its records buffers by it. */
   int rec_words;

@@ -15,6 +15,7 @@
 typedef struct {
   size_t state, partial, tickets, counters;
   size_t tokens, token_lps, predict, accept_index, accept_length, logprobs, walk; /* verify */
+  size_t exact_arrivals, exact_pending;
   size_t bytes;
 } ScratchLayout;
 
@@ -37,7 +38,9 @@ static ScratchLayout scratchLayout(dpsComm_t comm) {
   L.logprobs = L.accept_length +
                dpsRoundUp((size_t)comm->config.max_pad_bs * sizeof(int32_t), 256);
   L.walk = L.logprobs + dpsRoundUp(rows * sizeof(float), 256);
-  L.bytes = L.walk + sizeof(unsigned int);
+  L.exact_arrivals = L.walk + sizeof(unsigned int);
+  L.exact_pending = L.exact_arrivals + sizeof(unsigned int);
+  L.bytes = L.exact_pending + sizeof(unsigned int);
   return L;
 }
 
@@ -56,6 +59,8 @@ static dpsSampleScratch scratchOf(dpsComm_t comm) {
   s.accept_length = (int32_t*)(b + L.accept_length);
   s.logprobs = (float*)(b + L.logprobs);
   s.walk_arrivals = (unsigned int*)(b + L.walk);
+  s.exact_arrivals = (unsigned int*)(b + L.exact_arrivals);
+  s.exact_pending = (unsigned int*)(b + L.exact_pending);
   return s;
 }
 
@@ -67,6 +72,19 @@ dpsResult_t dpsAllocShardState(dpsComm_t comm) {
   if (comm->sample_mem != NULL) return dpsSuccess;
   DPS_CUDA_CHECK(cudaDeviceGetAttribute(&comm->sms, cudaDevAttrMultiProcessorCount, comm->device));
   dpsSelPlanInit(&comm->sel_waves, comm->env.select_split, comm->env.tiled_collect);
+  comm->exact_clusters = 0;
+  if (comm->config.tp_size == 1 && comm->env.exact_split) {
+    const cudaError_t e = dpsSampleExactClusters(&comm->exact_clusters);
+    if (e != cudaSuccess) {
+      /* only a speed-up: without it each exact row is drawn on its first block */
+      dpsLog(DPS_LOG_WARN, "sample: the exact kernel's occupancy query failed (%s); exact rows "
+             "are not split", cudaGetErrorString(e));
+      comm->exact_clusters = 0;
+    } else {
+      dpsLog(DPS_LOG_INFO, "sample: exact rows on %d clusters of %d blocks", comm->exact_clusters,
+             DPS_SAMPLE_EXACT_CHUNKS);
+    }
+  }
   return dpsDeviceAlloc(comm, &comm->sample_mem, scratchLayout(comm).bytes, "dpsSample's scratch");
 }
 
@@ -173,13 +191,15 @@ static int firstChunks(dpsComm_t comm, int64_t rows, int64_t nvalid) {
  * So at tp == 1, when the rows fill four small blocks on every SM, blocks
  * of DPS_SAMPLE_SMALL_THREADS run four per SM and overlap those phases with
  * the others' passes; but not when a row may take the exact path's passes
- * on its block (top-p or min-p without top-k), which small blocks slow. Not
- * at tp > 1: the onesided grid is capped at a block per SM there (ranks
- * sharing a GPU stay resident), and neither backend was measured so. */
+ * on its block (top-p or min-p without top-k, the exact kernel off), which
+ * small blocks slow. Not at tp > 1: the onesided grid is capped at a block
+ * per SM there (ranks sharing a GPU stay resident), and neither backend was
+ * measured so. */
 static int firstThreads(dpsComm_t comm, int64_t rows, int may_topk, int may_topp,
-                        int may_minp) {
+                        int may_minp, int exact_apart) {
   const int64_t small_slots = residentBlocks(comm, DPS_SAMPLE_SMALL_BLOCKS_PER_SM);
-  if (comm->config.tp_size == 1 && rows >= small_slots && (may_topk || !(may_topp || may_minp)))
+  if (comm->config.tp_size == 1 && rows >= small_slots &&
+      (may_topk || exact_apart || !(may_topp || may_minp)))
     return DPS_SAMPLE_SMALL_THREADS;
   return DPS_SAMPLE_THREADS;
 }
@@ -204,7 +224,9 @@ static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
     a->step = DPS_SAMPLE_STEP_FIRST; /* no sink: nothing leaves the kernel but the outputs */
     a->pdl = comm->pdl;              /* no peer to wait for while resident */
-    return launched(dpsLaunchSampleLocal(a, stream), "local", a->rows);
+    DPS_CHECK(launched(dpsLaunchSampleLocal(a, stream), "local", a->rows));
+    if (a->exact_clusters == 0) return dpsSuccess;
+    return launched(dpsLaunchSampleExact(a, stream), "exact", a->rows);
   }
   if (comm->ops->records == NULL)
     return dpsSetError(dpsUnavailable, "sample: the %s backend cannot exchange records",
@@ -279,7 +301,10 @@ static void sampleCall(dpsComm_t comm, const void* logits, int64_t rows, int64_t
   a->cand = c->may_filter ? DPS_SAMPLE_CAND : 0;
   a->s = scratchOf(comm);
   a->want_logprob = want_logprob;
-  a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp);
+  /* tp == 1, rows that may filter: exact rows over clusters, at most one per row */
+  if (a->tp == 1 && c->may_filter && comm->exact_clusters > 0)
+    a->exact_clusters = (int)(rows < comm->exact_clusters ? rows : comm->exact_clusters);
+  a->threads = firstThreads(comm, rows, c->may_topk, c->may_topp, may_minp, a->exact_clusters > 0);
   a->chunks = firstChunks(comm, rows, a->nvalid); /* 1 whenever the blocks are small */
   /* no candidates and no logprob: greedy and temperature-only rows only */
   a->first = a->cand == 0 && !want_logprob ? DPS_SAMPLE_FIRST_RACE

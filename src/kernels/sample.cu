@@ -278,23 +278,26 @@ __device__ __forceinline__ const char* rowPtr(const dpsSampleArgs& a, long long 
 /* The searches and the race of one row on this block alone (tp == 1). */
 template <typename X>
 __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bool bad) {
-  __shared__ u64 s_bins[BINS];
+  __shared__ u64 s_bins[BINS], s_tot[BINS];
   const char* rowp = rowPtr(a, row);
   const X xf = rowXform<X>(a, row);
   while (st->mode == MODE_K || st->mode == MODE_P) {
-    histPass(*st, rowp, a.dtype, a.nvalid, xf, s_bins);
-    if (threadIdx.x == 0) searchMerge(*st, s_bins, 1);
+    histPass(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
+    searchTotals(*st, s_bins, 1, s_tot);
+    if (threadIdx.x == 0) searchMerge(*st, s_bins, 1, s_tot);
     __syncthreads();
   }
   float bk, bv;
   uint32_t bi;
-  racePass(*st, rowp, a.dtype, a.col0, a.nvalid, 0, xf, &bk, &bi, &bv);
+  racePass(*st, rowp, a.dtype, a.col0, 0, a.nvalid, 0, xf, &bk, &bi, &bv);
   if (threadIdx.x == 0 && !bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st->lse);
 }
 
 /* The draw of a row from its merged first record (in shared memory): the
- * fast path here; the exact path on this block at tp == 1, else the row's
- * search state for the next steps. Nothing is written when `bad`. */
+ * fast path here; at tp == 1 the exact path on this block, or its state for
+ * the exact kernel (a.exact_clusters > 0: every row's state is written, the
+ * others' as done); at tp > 1 the row's state for the next steps. Nothing is
+ * written when `bad`. */
 template <typename X, int KERNEL>
 __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, const RowP& q,
                                     const Hdr& h, const u64* sel, bool bad) {
@@ -310,10 +313,15 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
   if (threadIdx.x == 0) {
     if (!bad) count(a, s_path);
     if (s_path != PATH_EXACT || bad) s_st.mode = MODE_DONE; /* nothing more is drawn */
-    if (a.tp > 1) *stateOf(a, row) = s_st;
+    if (a.tp > 1 || a.exact_clusters > 0) {
+      if (s_st.mode == MODE_DONE) stateOf(a, row)->mode = MODE_DONE;
+      else *stateOf(a, row) = s_st;
+      if (a.tp == 1 && s_st.mode != MODE_DONE) atomicAdd(a.s.exact_pending, 1u);
+    }
   }
   __syncthreads();
-  if (a.tp == 1 && s_st.mode != MODE_DONE) exactLocal<X>(a, row, &s_st, bad);
+  if (a.tp == 1 && a.exact_clusters == 0 && s_st.mode != MODE_DONE)
+    exactLocal<X>(a, row, &s_st, bad);
 }
 
 /* ---- the kernels --------------------------------------------------------------------- */
@@ -453,15 +461,153 @@ __global__ void __launch_bounds__(THREADS, DPS_SAMPLE_FIRST_BLOCKS_PER_SM) first
   /* tp == 1 draws here: whether any entry of the call is invalid, once per
    * block (block 0 records it), not once per row */
   const bool bad = a.tp == 1 && callInvalid(a, blockIdx.x == 0);
+  /* the exact kernel may be scheduled once every block of ours has started
+   * (it waits for our end before it reads anything): its launch overlaps our
+   * last wave instead of following it */
+  if (a.exact_clusters > 0) dpsPdlRelease();
   FOR_ITEMS(item, a.rows * a.chunks) {
     __syncthreads();
     firstItem<X, KERNEL>(a, item, e, bad);
   }
   if (ll) finishEpoch(a.sink.c, a.sink.op, e);
-  /* tp == 1 verify: the last block to finish walks (every row drawn by then) */
-  if (a.walk.pad_bs > 0) {
+  /* tp == 1 verify: the last block to finish walks (every row drawn by then),
+   * unless the exact kernel comes next */
+  if (a.walk.pad_bs > 0 && a.exact_clusters == 0) {
     const long long bad_cand = dpsWalkCheck(a.walk);
     if (dpsWalkArrive(a.walk, 1u, gridDim.x) && !bad) dpsWalkRequests(a.walk, bad_cand);
+  }
+}
+
+constexpr int EXACT_CHUNKS = DPS_SAMPLE_EXACT_CHUNKS;
+static_assert(EXACT_CHUNKS <= DPS_PEER_MAX_RANKS, "the chunks' tie quotas");
+
+/* Rows [base, base + THREADS) of the call that the first pass left to the
+ * exact path, in row order, as offsets from base into list[]; their count.
+ * Every block computes the same list. Every thread calls. */
+__device__ int exactRowsOf(const dpsSampleArgs& a, long long base, uint16_t* list) {
+  __shared__ int s_warp[WARPS];
+  const long long row = base + threadIdx.x;
+  const bool exact = row < a.rows && stateOf(a, row)->mode != MODE_DONE;
+  const unsigned ball = __ballot_sync(0xffffffffu, exact);
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+  __syncthreads(); /* the previous batch's readers of s_warp and list are done */
+  if (lane == 0) s_warp[w] = __popc(ball);
+  __syncthreads();
+  int before = 0, total = 0;
+  for (int i = 0; i < nw; ++i) {
+    before += i < w ? s_warp[i] : 0;
+    total += s_warp[i];
+  }
+  if (exact) list[before + __popc(ball & ((1u << lane) - 1u))] = (uint16_t)threadIdx.x;
+  __syncthreads();
+  return total;
+}
+
+/* One exact row split over the EXACT_CHUNKS blocks of this cluster, a chunk
+ * each, as the ranks at tp > 1 hold their shards: every block histograms its
+ * chunk, reads the other blocks' bins from their shared memory and runs the
+ * same merge (integer sums: the state a single block would reach, the same
+ * in every block; the tie quotas per chunk, in index order); then the race
+ * over each chunk's kept set, the best into block 0, which writes the token.
+ * Shared memory another block reads is rewritten only two cluster barriers
+ * after that read's barrier, which the reader passes only after its read:
+ * hence two copies, by round and by row parity (*parity), and every row ends
+ * at a barrier after its last remote access. */
+template <typename X>
+__device__ void exactSplitRow(const dpsSampleArgs& a, long long row, SState& st, int* parity) {
+  __shared__ u64 s_bins[2][BINS]; /* this chunk's: read by the others */
+  __shared__ u64 s_all[EXACT_CHUNKS * BINS], s_tot[BINS];
+  __shared__ float4 s_win[2][EXACT_CHUNKS]; /* block 0: the chunks' race winners */
+  const int chunk = (int)(blockIdx.x % EXACT_CHUNKS);
+  const char* rowp = rowPtr(a, row);
+  const X xf = rowXform<X>(a, row);
+  long long from, to;
+  chunkRange(a.nvalid, EXACT_CHUNKS, chunk, &from, &to);
+  while (st.mode == MODE_K || st.mode == MODE_P) {
+    u64* bins = s_bins[parity[0]];
+    parity[0] ^= 1;
+    histPass(st, rowp, a.dtype, from, to, xf, bins);
+    dpsClusterBarrier();
+    for (int i = threadIdx.x; i < EXACT_CHUNKS * BINS; i += blockDim.x)
+      s_all[i] = *dpsClusterMap(&bins[i % BINS], (unsigned)(i / BINS));
+    __syncthreads();
+    searchTotals(st, s_all, EXACT_CHUNKS, s_tot);
+    if (threadIdx.x == 0) searchMerge(st, s_all, EXACT_CHUNKS, s_tot);
+    __syncthreads();
+  }
+  float bk, bv;
+  uint32_t bi;
+  racePass(st, rowp, a.dtype, a.col0, from, to, chunk, xf, &bk, &bi, &bv);
+  float4* win = s_win[parity[1]];
+  parity[1] ^= 1;
+  if (threadIdx.x == 0)
+    *dpsClusterLeader(&win[chunk]) = make_float4(bk, __uint_as_float(bi), bv, 0.f);
+  dpsClusterBarrier();
+  if (chunk == 0 && threadIdx.x == 0) {
+    /* chunks in index order, ties to the lower index as raceBetter has them */
+    bk = -INFINITY;
+    bi = NO_INDEX;
+    bv = -INFINITY;
+    for (int c = 0; c < EXACT_CHUNKS; ++c) {
+      const uint32_t ci = __float_as_uint(win[c].y);
+      if (raceBetter(win[c].x, ci, bk, bi)) {
+        bk = win[c].x;
+        bi = ci;
+        bv = win[c].z;
+      }
+    }
+    writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st.lse);
+  }
+}
+
+/* tp == 1: the rows the first pass left to the exact path (their state's
+ * mode; invalid calls left none). Few of them (at most
+ * DPS_SAMPLE_EXACT_SPLIT_ROWS a cluster): each on a cluster, split over its
+ * blocks (a row's time shared by EXACT_CHUNKS SMs); more: each on one block,
+ * every SM busy with a row of its own. The j-th exact row in row order goes
+ * to cluster (block) j modulo their number. */
+template <typename X>
+__global__ void __launch_bounds__(THREADS, 1) exactKernel(const __grid_constant__ dpsSampleArgs a) {
+  __shared__ SState s_st;
+  __shared__ uint16_t s_list[THREADS];
+  __shared__ unsigned s_pending;
+  const long long cluster = blockIdx.x / EXACT_CHUNKS, clusters = gridDim.x / EXACT_CHUNKS;
+  dpsPdlWait();
+  /* most calls have no exact row: then nothing to look for (the count only
+   * grows in the first pass, so a zero is never stale), and without a walk
+   * nothing to do (every block of a cluster leaves alike) */
+  if (threadIdx.x == 0) s_pending = *(volatile unsigned*)a.s.exact_pending;
+  __syncthreads();
+  if (s_pending == 0u && a.walk.pad_bs == 0) return;
+  dpsClusterArriveStarted();
+  long long n = 0;
+  for (long long base = 0; s_pending != 0u && base < a.rows; base += blockDim.x)
+    n += exactRowsOf(a, base, s_list);
+  const bool split = n <= (long long)DPS_SAMPLE_EXACT_SPLIT_ROWS * clusters;
+  dpsClusterWaitStarted();
+  int parity[2] = {0, 0};
+  long long j = 0; /* exact rows before this batch */
+  for (long long base = 0; base < a.rows && n > 0; base += blockDim.x) {
+    const int m = exactRowsOf(a, base, s_list);
+    for (int i = 0; i < m; ++i) {
+      const long long ji = j + i;
+      if (split ? ji % clusters != cluster : ji % gridDim.x != blockIdx.x) continue;
+      const long long row = base + s_list[i];
+      __syncthreads(); /* the last row's readers of s_st are done */
+      if (threadIdx.x == 0) s_st = *stateOf(a, row);
+      __syncthreads();
+      if (split) exactSplitRow<X>(a, row, s_st, parity);
+      else exactLocal<X>(a, row, &s_st, false);
+    }
+    j += m;
+  }
+  /* The last block zeroes the count (every block has read it) and, for a
+   * tp == 1 verify, walks (every row drawn by then; an invalid call wrote
+   * no token, and its walk writes nothing either). */
+  const long long bad_cand = a.walk.pad_bs > 0 ? dpsWalkCheck(a.walk) : LLONG_MAX;
+  if (dpsArriveLast(a.s.exact_arrivals, 1u, gridDim.x)) {
+    if (threadIdx.x == 0) *a.s.exact_pending = 0u;
+    if (a.walk.pad_bs > 0 && !callInvalid(a, false)) dpsWalkRequests(a.walk, bad_cand);
   }
 }
 
@@ -483,7 +629,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
     if (want == MODE_RACE) {
       float bk, bv;
       uint32_t bi;
-      racePass(s_st, rowp, a.dtype, a.col0, a.nvalid, a.rank, xf, &bk, &bi, &bv);
+      racePass(s_st, rowp, a.dtype, a.col0, 0, a.nvalid, a.rank, xf, &bk, &bi, &bv);
       if (threadIdx.x == 0) {
         s_rec[0] = __float_as_uint(bk);
         s_rec[1] = bi;
@@ -491,7 +637,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
         s_rec[3] = 0u;
       }
     } else {
-      histPass(s_st, rowp, a.dtype, a.nvalid, xf, s_bins);
+      histPass(s_st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
       for (int d = threadIdx.x; d < BINS; d += blockDim.x) {
         if (want == MODE_K) {
           s_rec[d] = (uint32_t)s_bins[d];
@@ -526,7 +672,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
   __shared__ uint32_t s_rec[DPS_PEER_MAX_RANKS * DPS_SAMPLE_MAX_WORDS];
   __shared__ u64 s_lists[DPS_PEER_MAX_RANKS * CAND];
   __shared__ u64 s_sel[CAND];
-  __shared__ u64 s_bins[DPS_PEER_MAX_RANKS * BINS];
+  __shared__ u64 s_bins[DPS_PEER_MAX_RANKS * BINS], s_tot[BINS];
   __shared__ Hdr s_hdr;
   __shared__ SState s_st;
   const int tp = a.tp;
@@ -586,8 +732,9 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
     s_bins[i] = want == MODE_K ? (u64)w[d] : ((u64)w[2 * d] | ((u64)w[2 * d + 1] << 32));
   }
   __syncthreads();
+  searchTotals(s_st, s_bins, tp, s_tot);
   if (threadIdx.x == 0) {
-    searchMerge(s_st, s_bins, tp);
+    searchMerge(s_st, s_bins, tp, s_tot);
     *stateOf(a, row) = s_st;
   }
   return true;
@@ -642,6 +789,51 @@ extern "C" cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t
                    dim3(capped(a->rows, a->sink.max_blocks)), dim3(THREADS), stream, a->pdl, *a);
 }
 
+extern "C" cudaError_t dpsLaunchSampleExact(const dpsSampleArgs* a, cudaStream_t stream) {
+  const dim3 grid((unsigned)a->exact_clusters * EXACT_CHUNKS);
+  return dpsLaunchCluster(hasXform(a) ? exactKernel<LogitXform> : exactKernel<NoXform>, grid,
+                          dim3(THREADS), (unsigned)EXACT_CHUNKS, stream, a->pdl, *a);
+}
+
+/* Clusters of the exact kernel resident at once (the smaller of its two
+ * instances'); 0 where clusters are unavailable (pre-sm_90 device code). */
+extern "C" cudaError_t dpsSampleExactClusters(int* clusters) {
+  *clusters = 0;
+  const cudaError_t before = cudaPeekAtLastError();
+  int dev = 0, cl = 0;
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)exactKernel<NoXform>);
+  /* the cluster code exists in sm_90+ device code only (see dpsSelectWaves) */
+  if (e != cudaSuccess || !cl || fa.ptxVersion < 90 || fa.binaryVersion < 90) {
+    if (e != cudaSuccess) dpsForgetOwnError(before);
+    return e;
+  }
+  const void* const k[] = {(const void*)exactKernel<NoXform>, (const void*)exactKernel<LogitXform>};
+  int least = -1;
+  for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = EXACT_CHUNKS;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(EXACT_CHUNKS);
+    cfg.blockDim = dim3(THREADS);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    e = cudaOccupancyMaxActiveClusters(&n, k[i], &cfg);
+    if (e == cudaSuccess && (least < 0 || n < least)) least = n;
+  }
+  if (e != cudaSuccess) {
+    dpsForgetOwnError(before);
+    return e;
+  }
+  *clusters = least;
+  return cudaSuccess;
+}
+
 extern "C" cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream) {
   return dpsLaunch(mergeKernel, dim3(capped(a->rows, a->src.max_blocks)), dim3(MERGE_THREADS),
                    stream, a->pdl, *a);
@@ -659,6 +851,7 @@ extern "C" cudaError_t dpsPreloadSampleKernels(void) {
       (const void*)firstKernel<X, DPS_SAMPLE_FIRST_RACE>
   const void* const k[] = {DPS_FIRST_KERNELS(NoXform), DPS_FIRST_KERNELS(LogitXform),
                            (const void*)stepKernel<NoXform>, (const void*)stepKernel<LogitXform>,
+                           (const void*)exactKernel<NoXform>, (const void*)exactKernel<LogitXform>,
                            (const void*)mergeKernel, (const void*)walkKernel};
 #undef DPS_FIRST_KERNELS
   return dpsPreload(k, (int)(sizeof k / sizeof k[0]));

@@ -60,6 +60,13 @@ extern "C" {
 #define DPS_SAMPLE_FIRST_BLOCKS_PER_SM 1
 #define DPS_SAMPLE_SMALL_THREADS 128
 #define DPS_SAMPLE_SMALL_BLOCKS_PER_SM 4
+/* tp == 1: blocks over which the exact kernel splits a row (one cluster; the
+ * chunks take the place of the ranks in the searches' merge, so at most
+ * DPS_PEER_MAX_RANKS). */
+#define DPS_SAMPLE_EXACT_CHUNKS 8
+/* The exact kernel splits rows over clusters while they number at most this
+ * many a cluster, else draws each on one block. */
+#define DPS_SAMPLE_EXACT_SPLIT_ROWS 2
 /* The first pass's kernels (dpsSampleArgs.first), each holding only the
  * passes its calls may run, so that the passes of one do not weigh on the
  * code and registers of the others: ANY (every pass but the tile maxima),
@@ -126,6 +133,9 @@ typedef struct {
   int32_t* accept_length;   /* [max_pad_bs] */
   float* logprobs;          /* [max rows] */
   unsigned int* walk_arrivals; /* the walk's arrival count (dpsVerifyWalkArgs) */
+  unsigned int* exact_arrivals; /* the exact kernel's arrival count (its last block) */
+  unsigned int* exact_pending;  /* rows the first pass left to the exact kernel (a hint: it
+                                   looks for them only when nonzero; its last block zeroes it) */
 } dpsSampleScratch;
 
 typedef struct {
@@ -152,7 +162,10 @@ typedef struct {
   dpsRecSink sink;
   dpsRecSource src;
   int pdl;
-  dpsVerifyWalkArgs walk; /* tp == 1: the first pass walks in its last block (pad_bs 0: no walk) */
+  dpsVerifyWalkArgs walk; /* tp == 1: the last kernel walks in its last block (pad_bs 0: no walk) */
+  int exact_clusters; /* tp == 1: > 0: the first pass leaves exact rows to the exact kernel, run
+                         on this many clusters of DPS_SAMPLE_EXACT_CHUNKS blocks; 0: each
+                         exact row is drawn on the block of its first pass */
 } dpsSampleArgs;
 
 cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
@@ -160,6 +173,12 @@ cudaError_t dpsLaunchSampleLocal(const dpsSampleArgs* a, cudaStream_t stream);
 cudaError_t dpsLaunchVerifyWalk(const dpsSampleArgs* a, const dpsVerifyWalkArgs* w,
                                 cudaStream_t stream);
 cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream);
+/* tp == 1, after the first pass: the rows it left to the exact path
+ * (a->exact_clusters > 0). */
+cudaError_t dpsLaunchSampleExact(const dpsSampleArgs* a, cudaStream_t stream);
+/* Clusters of the exact kernel resident at once on the current device (0:
+ * clusters unavailable: the first pass draws its exact rows itself). */
+cudaError_t dpsSampleExactClusters(int* clusters);
 cudaError_t dpsPreloadSampleKernels(void);
 
 #ifdef __cplusplus

@@ -141,11 +141,11 @@ struct HistVisit {
   }
 };
 
-/* The shard's histogram of the state's current round into bins[BINS] (u64;
- * counts for K). Every thread calls it. */
+/* The histogram of columns [from, to) of a shard for the state's current
+ * round into bins[BINS] (u64; counts for K). Every thread calls it. */
 template <typename X>
-__device__ void histPass(const SState& st, const char* rowp, int dtype, long long nvalid,
-                         const X& xf, u64* bins) {
+__device__ void histPass(const SState& st, const char* rowp, int dtype, long long from,
+                         long long to, const X& xf, u64* bins) {
   __shared__ uint32_t s_lo[BINS], s_hi[BINS];
   for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
     s_lo[i] = 0u;
@@ -160,12 +160,12 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   if (st.mode == MODE_P) {
     HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi,
                       (uint32_t)BINS, 0ull};
-    forEachElemX(rowp, dtype, 0, nvalid, xf, v);
+    forEachElemX(rowp, dtype, from, to, xf, v);
     v.flush();
   } else {
     HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi,
                        (uint32_t)BINS, 0ull};
-    forEachElemX(rowp, dtype, 0, nvalid, xf, v);
+    forEachElemX(rowp, dtype, from, to, xf, v);
     v.flush();
   }
   __syncthreads();
@@ -173,33 +173,55 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   __syncthreads();
 }
 
-/* One round of the search from every rank's bins (rb[r * BINS + d]); one
- * thread. Moves the state to its next round or mode. */
-__device__ void searchMerge(SState& st, const u64* rb, int tp) {
+/* P: the top-k threshold's ties, which the histograms leave out (their rank
+ * decides which are kept): their bin this round (-1: none) and the mass of
+ * each; every rank's quota of them counts in that bin. */
+__device__ __forceinline__ void searchTieBin(const SState& st, int shift, int nb, uint32_t mask,
+                                             u64* tie_m, int* tie_d) {
+  *tie_m = 0ull;
+  *tie_d = -1;
+  if (st.mode == MODE_P && st.has_thr && !st.qall && (st.tkey & mask) == st.prefix) {
+    *tie_m = massTerm(keyValue(st.tkey), st.T, st.smax);
+    *tie_d = (int)((st.tkey >> shift) & (uint32_t)(nb - 1));
+  }
+}
+
+/* The round's bins summed over the ranks (rb[r * BINS + d]) into h[d], a
+ * thread per bin; every thread calls (a barrier at the end). */
+__device__ void searchTotals(const SState& st, const u64* rb, int tp, u64* h) {
+  int shift, width;
+  roundDigit(st.round, &shift, &width);
+  const int nb = 1 << width;
+  u64 tie_m;
+  int tie_d;
+  searchTieBin(st, shift, nb, roundMask(st.round), &tie_m, &tie_d);
+  for (int d = threadIdx.x; d < nb; d += blockDim.x) {
+    u64 s = 0ull;
+    for (int r = 0; r < tp; ++r)
+      s += rb[r * BINS + d] + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull);
+    h[d] = s;
+  }
+  __syncthreads();
+}
+
+/* One round of the search from every rank's bins (rb[r * BINS + d]) and
+ * their totals h (searchTotals); one thread. Moves the state to its next
+ * round or mode. */
+__device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
   int shift, width;
   roundDigit(st.round, &shift, &width);
   const int nb = 1 << width;
   const uint32_t mask = roundMask(st.round);
-  /* P: the ties of the top-k threshold, per rank */
-  u64 tie_m = 0ull;
-  int tie_d = -1;
-  if (st.mode == MODE_P && st.has_thr && !st.qall && (st.tkey & mask) == st.prefix) {
-    tie_m = massTerm(keyValue(st.tkey), st.T, st.smax);
-    tie_d = (int)((st.tkey >> shift) & (uint32_t)(nb - 1));
-  }
+  u64 tie_m;
+  int tie_d;
+  searchTieBin(st, shift, nb, mask, &tie_m, &tie_d);
   auto bin = [&](int r, int d) -> u64 {
     u64 v = rb[r * BINS + d];
     if (d == tie_d) v += (u64)st.quota[r] * tie_m;
     return v;
   };
-  u64 h[BINS];
   u64 total = 0ull;
-  for (int d = 0; d < nb; ++d) {
-    u64 s = 0ull;
-    for (int r = 0; r < tp; ++r) s += bin(r, d);
-    h[d] = s;
-    total += s;
-  }
+  for (int d = 0; d < nb; ++d) total += h[d];
   bool done = false;
   if (st.mode == MODE_K) {
     if (st.round == 0 && total < st.need) {
@@ -279,30 +301,30 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp) {
 }
 
 /* ---- the race over the kept set of a shard ---------------------------------------- */
-/* The column of the quota-th tie (key == tkey, in the kept set) of the shard
- * in index order: ties at the threshold are kept by index, so tied columns
- * <= the result are kept; -1 for quota 0, nvalid when the shard holds fewer.
- * Tiles of 8 columns a thread, counted and scanned in index order; stops at
- * the quota. Every thread calls. */
+/* The column of the quota-th tie (key == tkey, in the kept set) among
+ * columns [from, to) of the shard in index order: ties at the threshold are
+ * kept by index, so tied columns <= the result are kept; -1 for quota 0, `to`
+ * when the range holds fewer. Tiles of 8 columns a thread, counted and
+ * scanned in index order; stops at the quota. Every thread calls. */
 template <typename X>
-__device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, long long nvalid,
-                               const X& xf, uint32_t quota) {
+__device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, long long from,
+                               long long to, const X& xf, uint32_t quota) {
   __shared__ uint32_t s_warp[WARPS];
   __shared__ long long s_cut;
   if (quota == 0u) return -1;
   __syncthreads(); /* the previous reader of s_cut is done */
-  if (threadIdx.x == 0) s_cut = nvalid;
+  if (threadIdx.x == 0) s_cut = to;
   __syncthreads();
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
   const KeptKeys kk(st);
   uint32_t running = 0u;
-  for (long long base = 0; base < nvalid; base += (long long)blockDim.x * 8) {
+  for (long long base = from; base < to; base += (long long)blockDim.x * 8) {
     const long long j0 = base + (long long)threadIdx.x * 8;
     uint32_t m = 0u;
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const long long j = j0 + u;
-      if (j >= nvalid) break;
+      if (j >= to) break;
       const float x = xf.one(j, loadValue(rowp, j, dtype));
       const uint32_t key = orderKey(x);
       if (x > -INFINITY && key == kk.tkey && kk.above(key)) m |= 1u << u;
@@ -359,18 +381,21 @@ struct KeptVisit {
   }
 };
 
+/* The race over the kept set within columns [from, to) of the shard; `part`
+ * indexes the state's tie quotas (the rank, or the chunk of a split row).
+ * The best key, its index and its logit into *bk, *bi, *bv. */
 template <typename X>
 __device__ void racePass(const SState& st, const char* rowp, int dtype, long long col0,
-                         long long nvalid, int rank, const X& xf, float* bk, uint32_t* bi,
-                         float* bv) {
+                         long long from, long long to, int part, const X& xf, float* bk,
+                         uint32_t* bi, float* bv) {
   __shared__ Hdr s_h;
   const bool ties = st.has_thr && !st.qall;
   KeptVisit f{KeptKeys(st)};
   f.col0 = col0;
   f.ties = ties;
-  f.cut = ties ? tieCutoff(st, rowp, dtype, nvalid, xf, st.quota[rank]) : nvalid;
+  f.cut = ties ? tieCutoff(st, rowp, dtype, from, to, xf, st.quota[part]) : to;
   f.race.init(st.T, st.seed, st.offset);
-  forEachElemWarpX<4>(rowp, dtype, 0, nvalid, xf, f);
+  forEachElemWarpX<4>(rowp, dtype, from, to, xf, f);
   f.race.finish();
   Hdr h;
   hdrInit(h);

@@ -411,14 +411,14 @@ static int testTimeoutEnv(void) {
 
 /* Whether comm->env holds these values (what the backends read). */
 static int envIs(dpsComm_t comm, const char* what, uint64_t ll, int blocks, int ll128, int threads,
-                 int pdl, int split, int tiled) {
+                 int pdl, int split, int tiled, int exact_split) {
   const dpsEnv* e = &comm->env;
   FX_CHECK(e->os_ll_bytes == ll && e->os_max_blocks == blocks && e->os_gather_ll128 == ll128 &&
                e->os_gather_threads == threads && e->pdl == pdl && e->select_split == split &&
-               e->tiled_collect == tiled,
-           "%s: ll %llu blocks %d ll128 %d threads %d pdl %d split %d tiled %d", what,
-           (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
-           e->os_gather_threads, e->pdl, e->select_split, e->tiled_collect);
+               e->tiled_collect == tiled && e->exact_split == exact_split,
+           "%s: ll %llu blocks %d ll128 %d threads %d pdl %d split %d tiled %d exact split %d",
+           what, (unsigned long long)e->os_ll_bytes, e->os_max_blocks, e->os_gather_ll128,
+           e->os_gather_threads, e->pdl, e->select_split, e->tiled_collect, e->exact_split);
   return 0;
 }
 
@@ -444,6 +444,7 @@ static int testEnvPolicy(void) {
       {"DPSAMPLING_SELECT_SPLIT", "9"},
       {"DPSAMPLING_SELECT_SPLIT", "-1"},
       {"DPSAMPLING_TILED_COLLECT", "yes"},
+      {"DPSAMPLING_EXACT_SPLIT", "2"},
   };
   const dpsBackend_t backends[2] = {dpsBackendNccl, dpsBackendOnesided};
   dpsConfig_t cfg = config(dpsBfloat16);
@@ -469,21 +470,23 @@ static int testEnvPolicy(void) {
   setenv("DPSAMPLING_PDL", "0", 1);
   setenv("DPSAMPLING_SELECT_SPLIT", "1", 1);
   setenv("DPSAMPLING_TILED_COLLECT", "1", 1);
+  setenv("DPSAMPLING_EXACT_SPLIT", "0", 1);
   dpsComm_t comm;
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
-  if (envIs(comm, "set", 16u << 20, 4, 1, 64, 0, 1, DPS_TILED_ALWAYS)) return 1; /* LL bytes capped */
+  if (envIs(comm, "set", 16u << 20, 4, 1, 64, 0, 1, DPS_TILED_ALWAYS, 0)) return 1; /* LL bytes capped */
   FX_CHECK_OK(dpsCommDestroy(comm));
   setenv("DPSAMPLING_TILED_COLLECT", "0", 1);
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
-  if (envIs(comm, "tiled 0", 16u << 20, 4, 1, 64, 0, 1, DPS_TILED_NEVER)) return 1;
+  if (envIs(comm, "tiled 0", 16u << 20, 4, 1, 64, 0, 1, DPS_TILED_NEVER, 0)) return 1;
   FX_CHECK_OK(dpsCommDestroy(comm));
   const char* set[] = {"DPSAMPLING_DEBUG", "DPSAMPLING_ONESIDED_LL_BYTES",
                        "DPSAMPLING_ONESIDED_MAX_BLOCKS", "DPSAMPLING_ONESIDED_GATHER_PROTO",
                        "DPSAMPLING_ONESIDED_GATHER_THREADS", "DPSAMPLING_PDL",
-                       "DPSAMPLING_SELECT_SPLIT", "DPSAMPLING_TILED_COLLECT"};
+                       "DPSAMPLING_SELECT_SPLIT", "DPSAMPLING_TILED_COLLECT",
+                       "DPSAMPLING_EXACT_SPLIT"};
   for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) setenv(set[i], "", 1); /* empty: unset */
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
-  if (envIs(comm, "defaults", 256u << 10, 0, 0, 256, 1, 8, DPS_TILED_AUTO)) return 1;
+  if (envIs(comm, "defaults", 256u << 10, 0, 0, 256, 1, 8, DPS_TILED_AUTO, 1)) return 1;
   FX_CHECK_OK(dpsCommDestroy(comm));
   for (size_t i = 0; i < sizeof set / sizeof set[0]; ++i) unsetenv(set[i]);
   return 0;
