@@ -79,7 +79,6 @@ dpsResult_t dpsAllocShardState(dpsComm_t comm) {
       /* only a speed-up: without it each exact row is drawn on its first block */
       dpsLog(DPS_LOG_WARN, "sample: the exact kernel's occupancy query failed (%s); exact rows "
              "are not split", cudaGetErrorString(e));
-      comm->exact_clusters = 0;
     } else {
       dpsLog(DPS_LOG_INFO, "sample: exact rows on %d clusters of %d blocks", comm->exact_clusters,
              DPS_SAMPLE_EXACT_CHUNKS);

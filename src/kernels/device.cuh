@@ -82,6 +82,38 @@ __device__ __forceinline__ void dpsClusterBarrier() {
 #endif
 }
 
+/* Whether `kernel` can run in clusters on the current device: the device
+ * launches clusters and the kernel's code is sm_90+ (the cluster code exists
+ * in such device code only; PTX for an older architecture, JIT-compiled
+ * here, reports the device's binary version but has no cluster code). */
+static inline cudaError_t dpsClustersUsable(const void* kernel, int* yes) {
+  int dev = 0, cl = 0;
+  cudaFuncAttributes fa;
+  *yes = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kernel);
+  if (e == cudaSuccess) *yes = cl && fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
+  return e;
+}
+
+/* Clusters of `cluster` blocks of `threads` of `kernel` resident at once
+ * (cudaOccupancyMaxActiveClusters for a 1-D grid of `grid` blocks). */
+static inline cudaError_t dpsMaxActiveClusters(const void* kernel, unsigned grid, unsigned threads,
+                                               unsigned cluster, int* n) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  *n = 0;
+  return cudaOccupancyMaxActiveClusters(n, kernel, &cfg);
+}
+
 /* cluster > 1: blocks [c * cluster, (c + 1) * cluster) of the 1-D grid form
  * one thread-block cluster (sm_90+; grid.x a multiple of cluster). */
 template <typename... KArgs, typename... Args>

@@ -800,30 +800,15 @@ extern "C" cudaError_t dpsLaunchSampleExact(const dpsSampleArgs* a, cudaStream_t
 extern "C" cudaError_t dpsSampleExactClusters(int* clusters) {
   *clusters = 0;
   const cudaError_t before = cudaPeekAtLastError();
-  int dev = 0, cl = 0;
-  cudaFuncAttributes fa;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)exactKernel<NoXform>);
-  /* the cluster code exists in sm_90+ device code only (see dpsSelectWaves) */
-  if (e != cudaSuccess || !cl || fa.ptxVersion < 90 || fa.binaryVersion < 90) {
-    if (e != cudaSuccess) dpsForgetOwnError(before);
-    return e;
-  }
+  int usable = 0;
+  cudaError_t e = dpsClustersUsable((const void*)exactKernel<NoXform>, &usable);
+  if (e != cudaSuccess) dpsForgetOwnError(before);
+  if (e != cudaSuccess || !usable) return e;
   const void* const k[] = {(const void*)exactKernel<NoXform>, (const void*)exactKernel<LogitXform>};
   int least = -1;
   for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = EXACT_CHUNKS;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(EXACT_CHUNKS);
-    cfg.blockDim = dim3(THREADS);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
     int n = 0;
-    e = cudaOccupancyMaxActiveClusters(&n, k[i], &cfg);
+    e = dpsMaxActiveClusters(k[i], EXACT_CHUNKS, THREADS, EXACT_CHUNKS, &n);
     if (e == cudaSuccess && (least < 0 || n < least)) least = n;
   }
   if (e != cudaSuccess) {

@@ -463,29 +463,18 @@ static cudaError_t wavesOf(void (*kernel)(KArgs...), unsigned threads, int sms, 
   for (int c = 2; c <= DPS_SEL_MAX_CHUNKS; ++c) {
     rows[c] = 0;
     if (!clusters) continue;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = (unsigned)c;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(c * sms * per_sm));
-    cfg.blockDim = dim3(threads);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if ((e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg)) != cudaSuccess) return e;
-    rows[c] = n;
+    e = dpsMaxActiveClusters((const void*)kernel, (unsigned)(c * sms * per_sm), threads,
+                             (unsigned)c, &rows[c]);
+    if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
 extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
   const cudaError_t before = cudaPeekAtLastError();
-  int dev = 0, cl = 0;
-  cudaFuncAttributes fa;
+  int dev = 0, clusters = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&w->sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
   /* the L2 decides only the tiled collections: unknown (0) means none, not
    * a failed table */
   int l2 = 0;
@@ -494,11 +483,7 @@ extern "C" cudaError_t dpsSelectWaves(dpsSelWaves* w) {
     dpsForgetOwnError(before);
   }
   w->l2_bytes = l2;
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void*)topkLocalKernel);
-  /* the kernels' cluster code exists in sm_90+ device code only: the PTX
-   * architecture counts (PTX for an older one, JIT-compiled here, reports
-   * the device's binary version but has no cluster code) */
-  const int clusters = e == cudaSuccess && cl && fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
+  if (e == cudaSuccess) e = dpsClustersUsable((const void*)topkLocalKernel, &clusters);
   if (e == cudaSuccess)
     e = wavesOf(argmaxLocalKernel<false>, ARGMAX_THREADS, w->sms, clusters, w->rows[0]);
   if (e == cudaSuccess) e = wavesOf(topkLocalKernel, TOPK_THREADS, w->sms, clusters, w->rows[1]);
