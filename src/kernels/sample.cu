@@ -284,7 +284,7 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
   while (st->mode == MODE_K || st->mode == MODE_P) {
     histPass(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
     searchTotals(*st, s_bins, 1, s_tot);
-    if (threadIdx.x == 0) searchMerge(*st, s_bins, 1, s_tot);
+    if (threadIdx.x < 32) searchMerge(*st, s_bins, 1, s_tot);
     __syncthreads();
   }
   float bk, bv;
@@ -532,7 +532,7 @@ __device__ void exactSplitRow(const dpsSampleArgs& a, long long row, SState& st,
       s_all[i] = *dpsClusterMap(&bins[i % BINS], (unsigned)(i / BINS));
     __syncthreads();
     searchTotals(st, s_all, EXACT_CHUNKS, s_tot);
-    if (threadIdx.x == 0) searchMerge(st, s_all, EXACT_CHUNKS, s_tot);
+    if (threadIdx.x < 32) searchMerge(st, s_all, EXACT_CHUNKS, s_tot);
     __syncthreads();
   }
   float bk, bv;
@@ -733,10 +733,8 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
   }
   __syncthreads();
   searchTotals(s_st, s_bins, tp, s_tot);
-  if (threadIdx.x == 0) {
-    searchMerge(s_st, s_bins, tp, s_tot);
-    *stateOf(a, row) = s_st;
-  }
+  if (threadIdx.x < 32) searchMerge(s_st, s_bins, tp, s_tot);
+  if (threadIdx.x == 0) *stateOf(a, row) = s_st; /* lane 0 wrote it last */
   return true;
 }
 

@@ -101,9 +101,13 @@ __device__ __forceinline__ void sharedAdd64(uint32_t* lo, uint32_t* hi, u64 x) {
   if (xh != 0u) atomicAdd(hi, xh);
 }
 
-/* Each thread sums the terms of its current bin in a register and adds the
- * sum to the block's bins only when its bin changes (most of a row falls
- * into a few bins): integer sums, so the order does not matter. */
+/* Each thread sums the terms of its last four bins in registers and adds a
+ * sum to the block's bins only when its bin leaves those four, and at the
+ * end: most of a row falls into a few bins, which every warp of the block
+ * would otherwise hit with shared-memory atomics (in the first round of a
+ * realistic row about three quarters of the elements changed a thread's
+ * single bin, and the atomics on those few addresses set the pass's pace).
+ * Integer sums, so the order does not matter. */
 template <bool MASS>
 struct HistVisit {
   KeptKeys kk;
@@ -113,14 +117,37 @@ struct HistVisit {
   float T, smax;
   uint32_t* lo; /* counts (K), low words of the masses (P) */
   uint32_t* hi; /* P: high words */
-  uint32_t cur; /* the thread's current bin; BINS: none */
-  u64 sum;
-  __device__ __forceinline__ void flush() {
-    if (cur < (uint32_t)BINS && sum != 0ull) {
-      if (MASS) sharedAdd64(&lo[cur], &hi[cur], sum);
-      else atomicAdd(&lo[cur], (uint32_t)sum); /* a shard's count fits */
+  uint32_t c0 = BINS, c1 = BINS, c2 = BINS, c3 = BINS; /* the cached bins (BINS: none) */
+  u64 s0 = 0ull, s1 = 0ull, s2 = 0ull, s3 = 0ull;      /* and their sums */
+  __device__ __forceinline__ void flushBin(uint32_t d, u64 sum) {
+    if (d < (uint32_t)BINS && sum != 0ull) {
+      if (MASS) sharedAdd64(&lo[d], &hi[d], sum);
+      else atomicAdd(&lo[d], (uint32_t)sum); /* a shard's count fits */
     }
-    sum = 0ull;
+  }
+  __device__ __forceinline__ void add(uint32_t d, u64 t) {
+    const bool h0 = d == c0, h1 = d == c1, h2 = d == c2, h3 = d == c3;
+    s0 += h0 ? t : 0ull;
+    s1 += h1 ? t : 0ull;
+    s2 += h2 ? t : 0ull;
+    s3 += h3 ? t : 0ull;
+    if (!(h0 || h1 || h2 || h3)) { /* the oldest bin leaves */
+      flushBin(c3, s3);
+      c3 = c2;
+      s3 = s2;
+      c2 = c1;
+      s2 = s1;
+      c1 = c0;
+      s1 = s0;
+      c0 = d;
+      s0 = t;
+    }
+  }
+  __device__ __forceinline__ void flush() {
+    flushBin(c0, s0);
+    flushBin(c1, s1);
+    flushBin(c2, s2);
+    flushBin(c3, s3);
   }
   template <int CN>
   __device__ __forceinline__ void run(long long, const float (&v)[CN]) {
@@ -131,12 +158,7 @@ struct HistVisit {
       const bool in = x > -INFINITY && (key & mask) == prefix && kk.above(key) &&
                       !(tie_out && key == kk.tkey);
       if (!in) continue;
-      const uint32_t d = (key >> shift) & dmask;
-      if (d != cur) {
-        flush();
-        cur = d;
-      }
-      sum += MASS ? massTerm(x, T, smax) : 1ull;
+      add((key >> shift) & dmask, MASS ? massTerm(x, T, smax) : 1ull);
     }
   }
 };
@@ -158,13 +180,11 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   const uint32_t mask = roundMask(st.round), dmask = (1u << width) - 1u;
   const bool tie_out = st.has_thr && !st.qall;
   if (st.mode == MODE_P) {
-    HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi,
-                      (uint32_t)BINS, 0ull};
+    HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
     forEachElemX(rowp, dtype, from, to, xf, v);
     v.flush();
   } else {
-    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi,
-                       (uint32_t)BINS, 0ull};
+    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi};
     forEachElemX(rowp, dtype, from, to, xf, v);
     v.flush();
   }
@@ -205,9 +225,13 @@ __device__ void searchTotals(const SState& st, const u64* rb, int tp, u64* h) {
 }
 
 /* One round of the search from every rank's bins (rb[r * BINS + d]) and
- * their totals h (searchTotals); one thread. Moves the state to its next
- * round or mode. */
+ * their totals h (searchTotals); the 32 threads of one warp call, a lane
+ * holding bins 2 lane and 2 lane + 1 and, for the tie quotas, rank lane.
+ * Moves the state to its next round or mode (every lane reads the state
+ * before lane 0 and the quota lanes write it). */
 __device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
+  const unsigned full = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
   int shift, width;
   roundDigit(st.round, &shift, &width);
   const int nb = 1 << width;
@@ -215,89 +239,134 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
   u64 tie_m;
   int tie_d;
   searchTieBin(st, shift, nb, mask, &tie_m, &tie_d);
-  auto bin = [&](int r, int d) -> u64 {
-    u64 v = rb[r * BINS + d];
-    if (d == tie_d) v += (u64)st.quota[r] * tie_m;
-    return v;
+  const int d0 = 2 * lane, d1 = 2 * lane + 1;
+  const u64 h0 = d0 < nb ? h[d0] : 0ull, h1 = d1 < nb ? h[d1] : 0ull;
+  /* S(d) = sum of h[e], e >= d: S0 = S(d0), S1 = S(d1) */
+  u64 S0 = h0 + h1;
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 y = __shfl_down_sync(full, S0, o);
+    if (lane + o < 32) S0 += y;
+  }
+  const u64 S1 = S0 - h0;
+  const u64 total = __shfl_sync(full, S0, 0);
+  /* The bin where the masses (counts) from the top reach `goal` over `base`:
+   * the largest d >= 1 with base + S(d) >= goal, else 0 (S falls with d);
+   * *hd = h[d], *rel = S(d + 1), the part of the bins above it. */
+  auto reach = [&](u64 base, u64 goal, u64* hd, u64* rel) {
+    const unsigned b1 = __ballot_sync(full, d1 < nb && base + S1 >= goal);
+    const unsigned b0 = __ballot_sync(full, d0 >= 1 && d0 < nb && base + S0 >= goal);
+    int d = b1 ? 2 * (31 - __clz((int)b1)) + 1 : 0;
+    if (b0 && 2 * (31 - __clz((int)b0)) > d) d = 2 * (31 - __clz((int)b0));
+    const u64 sd = __shfl_sync(full, (d & 1) ? S1 : S0, d >> 1);
+    *hd = __shfl_sync(full, (d & 1) ? h1 : h0, d >> 1);
+    *rel = sd - *hd;
+    return d;
   };
-  u64 total = 0ull;
-  for (int d = 0; d < nb; ++d) total += h[d];
-  bool done = false;
+  /* The first `left` of the ties by global index, rank by rank (rank r
+   * holds c of them): lane r's quota, min(c, what the lower ranks left). */
+  auto quotaOf = [&](u64 left, u64 c) {
+    u64 before = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      const u64 y = __shfl_up_sync(full, before, o);
+      if (lane >= o) before += y;
+    }
+    before -= c;
+    const u64 rest = left > before ? left - before : 0ull;
+    return (uint32_t)(rest < c ? rest : c);
+  };
+  const int r = lane;
+  const bool rank = r < DPS_PEER_MAX_RANKS;
   if (st.mode == MODE_K) {
-    if (st.round == 0 && total < st.need) {
+    const int round = st.round;
+    u64 need = st.need;
+    uint32_t prefix = st.prefix;
+    bool done = false, thr = false, qall = false;
+    uint32_t tkey = 0u, q = 0u;
+    if (round == 0 && total < need) {
       done = true; /* min-p left fewer than k: top-k keeps them all */
     } else {
-      u64 above = 0ull;
-      int d = nb - 1;
-      while (d > 0 && above + h[d] < st.need) above += h[--d + 1];
-      st.need -= above;
-      st.prefix |= (uint32_t)d << shift;
-      if (h[d] == st.need || shift <= st.zb) {
-        st.has_thr = 1;
-        st.qall = h[d] == st.need;
-        st.tkey = st.qall ? st.prefix : keyOfPrefix(st.prefix, shift);
-        if (!st.qall) { /* the first `need` ties by global index: rank by rank */
-          u64 left = st.need;
-          for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) {
-            const u64 c = r < tp ? rb[r * BINS + d] : 0ull;
-            st.quota[r] = (uint32_t)(left < c ? left : c);
-            left -= st.quota[r];
-          }
-        }
+      u64 hd, above;
+      const int d = reach(0ull, need, &hd, &above);
+      need -= above;
+      prefix |= (uint32_t)d << shift;
+      if (hd == need || shift <= st.zb) {
+        thr = true;
+        qall = hd == need;
+        tkey = qall ? prefix : keyOfPrefix(prefix, shift);
+        /* the first `need` ties by global index: rank by rank */
+        q = quotaOf(need, rank && r < tp ? rb[r * BINS + d] : 0ull);
         done = true;
       }
     }
-    if (done) {
-      st.mode = st.topp_after ? MODE_P : MODE_RACE;
-      st.round = 0;
-      st.prefix = 0u;
-      st.above = 0ull;
-      return;
+    __syncwarp();
+    if (thr && !qall && rank) st.quota[r] = q;
+    if (lane == 0) {
+      if (thr) {
+        st.has_thr = 1;
+        st.qall = qall;
+        st.tkey = tkey;
+      }
+      if (done) {
+        st.mode = st.topp_after ? MODE_P : MODE_RACE;
+        st.round = 0;
+        st.prefix = 0u;
+        st.above = 0ull;
+      } else {
+        st.need = need;
+        st.prefix = prefix;
+        st.round = round + 1;
+      }
     }
-    ++st.round;
+    __syncwarp();
     return;
   }
   /* MODE_P: keep an index iff the mass before it is < P */
-  if (st.round == 0) {
-    st.P = ceilMass((double)st.top_p * (double)total);
-    st.above = 0ull;
-  }
-  u64 above = st.above;
-  int d = nb - 1;
-  while (d > 0 && above + h[d] < st.P) above += h[--d + 1];
-  st.above = above;
-  st.prefix |= (uint32_t)d << shift;
-  if (above + h[d] <= st.P || shift <= st.zb) {
-    uint32_t q[DPS_PEER_MAX_RANKS];
-    bool all = above + h[d] <= st.P;
-    const uint32_t kone = keyOfPrefix(st.prefix, shift);
+  const u64 P = st.round == 0 ? ceilMass((double)st.top_p * (double)total) : st.P;
+  u64 above = st.round == 0 ? 0ull : st.above;
+  u64 hd, rel;
+  const int d = reach(above, P, &hd, &rel);
+  above += rel;
+  const uint32_t prefix = st.prefix | ((uint32_t)d << shift);
+  const bool last = above + hd <= P || shift <= st.zb;
+  bool all = above + hd <= P, set = false;
+  uint32_t q = 0u, tkey = 0u;
+  if (last) {
+    const uint32_t kone = keyOfPrefix(prefix, shift);
     if (!all) { /* one key value: ties of equal mass m, by global index */
       const u64 m = massTerm(keyValue(kone), st.T, st.smax);
       if (m == 0ull) {
         all = true;
       } else {
-        u64 left = (st.P - above + m - 1ull) / m;
-        for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) {
-          const u64 c = r < tp ? bin(r, d) / m : 0ull;
-          q[r] = (uint32_t)(left < c ? left : c);
-          left -= q[r];
-        }
+        const u64 c = rank && r < tp
+                          ? (rb[r * BINS + d] + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull)) / m
+                          : 0ull;
+        q = quotaOf((P - above + m - 1ull) / m, c);
       }
     }
     /* a whole bin at or below the top-k threshold keeps all of S: the top-k
      * threshold (and its quotas) stays */
-    if (!(all && st.has_thr && st.prefix <= st.tkey)) {
-      st.has_thr = 1;
-      st.tkey = all ? st.prefix : kone;
-      st.qall = all;
-      if (!all)
-        for (int r = 0; r < DPS_PEER_MAX_RANKS; ++r) st.quota[r] = q[r];
-    }
-    st.mode = MODE_RACE;
-    st.round = 0;
-    return;
+    set = !(all && st.has_thr && prefix <= st.tkey);
+    tkey = all ? prefix : kone;
   }
-  ++st.round;
+  __syncwarp();
+  if (set && !all && rank) st.quota[r] = q;
+  if (lane == 0) {
+    st.P = P;
+    st.above = above;
+    st.prefix = prefix;
+    if (last) {
+      if (set) {
+        st.has_thr = 1;
+        st.tkey = tkey;
+        st.qall = all;
+      }
+      st.mode = MODE_RACE;
+      st.round = 0;
+    } else {
+      ++st.round;
+    }
+  }
+  __syncwarp();
 }
 
 /* ---- the race over the kept set of a shard ---------------------------------------- */
