@@ -163,6 +163,13 @@ struct HistVisit {
   }
 };
 
+/* Vectors in flight per thread in the searches' passes (the histograms and
+ * the race over the kept set). Each vector's values are visited unrolled,
+ * so the loop's code grows with it: at 4 a bf16 mass round's loop was 32
+ * element bodies, about 40 KB of SASS (session 30, nvdisasm), larger than an
+ * SM partition's first-level instruction cache. Not yet measured. */
+constexpr int SEARCH_VECS = 1;
+
 /* The histogram of columns [from, to) of a shard for the state's current
  * round into bins[BINS] (u64; counts for K). Every thread calls it. */
 template <typename X>
@@ -181,11 +188,11 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   const bool tie_out = st.has_thr && !st.qall;
   if (st.mode == MODE_P) {
     HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
-    forEachElemX(rowp, dtype, from, to, xf, v);
+    forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   } else {
     HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi};
-    forEachElemX(rowp, dtype, from, to, xf, v);
+    forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   }
   __syncthreads();
@@ -464,7 +471,7 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
   f.ties = ties;
   f.cut = ties ? tieCutoff(st, rowp, dtype, from, to, xf, st.quota[part]) : to;
   f.race.init(st.T, st.seed, st.offset);
-  forEachElemWarpX<4>(rowp, dtype, from, to, xf, f);
+  forEachElemWarpX<2 * SEARCH_VECS>(rowp, dtype, from, to, xf, f);
   f.race.finish();
   Hdr h;
   hdrInit(h);
