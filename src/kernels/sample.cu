@@ -275,16 +275,18 @@ __device__ __forceinline__ const char* rowPtr(const dpsSampleArgs& a, long long 
   return (const char*)a.logits + (size_t)row * (size_t)a.cols * (size_t)esize;
 }
 
-/* The searches and the race of one row on this block alone (tp == 1). */
-template <typename X>
+/* The searches (digits D) and the race of one row on this block alone
+ * (tp == 1). */
+template <typename X, class D>
 __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bool bad) {
-  __shared__ u64 s_bins[BINS], s_tot[BINS];
+  __shared__ u64 s_bins[D::BINS], s_tot[D::BINS];
   const char* rowp = rowPtr(a, row);
   const X xf = rowXform<X>(a, row);
+  const ArrayBins rb{s_bins, D::BINS};
   while (st->mode == MODE_K || st->mode == MODE_P) {
-    histPass(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
-    searchTotals(*st, s_bins, 1, s_tot);
-    if (threadIdx.x < 32) searchMerge(*st, s_bins, 1, s_tot);
+    histPass<D>(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
+    searchTotals<D>(*st, rb, 1, s_tot);
+    if (threadIdx.x < 32) searchMerge<D>(*st, rb, 1, s_tot);
     __syncthreads();
   }
   float bk, bv;
@@ -321,7 +323,7 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
   }
   __syncthreads();
   if (a.tp == 1 && a.exact_clusters == 0 && s_st.mode != MODE_DONE)
-    exactLocal<X>(a, row, &s_st, bad);
+    exactLocal<X, RecordDigits>(a, row, &s_st, bad);
 }
 
 /* ---- the kernels --------------------------------------------------------------------- */
@@ -503,9 +505,19 @@ __device__ int exactRowsOf(const dpsSampleArgs& a, long long base, uint16_t* lis
   return total;
 }
 
+/* The bins of a split row's chunks where they lie: chunk r's in the shared
+ * memory of block r of the cluster, at the address of this block's own. */
+struct ClusterBins {
+  u64* own;
+  __device__ __forceinline__ u64 operator()(int r, int d) const {
+    return *dpsClusterMap(&own[d], (unsigned)r);
+  }
+};
+
 /* One exact row split over the EXACT_CHUNKS blocks of this cluster, a chunk
  * each, as the ranks at tp > 1 hold their shards: every block histograms its
- * chunk, reads the other blocks' bins from their shared memory and runs the
+ * chunk, reads the other blocks' bins from their shared memory (the fine
+ * digits' 512 bins, a copy of all would take 32 KB) and runs the
  * same merge (integer sums: the state a single block would reach, the same
  * in every block; the tie quotas per chunk, in index order); then the race
  * over each chunk's kept set, the best into block 0, which writes the token.
@@ -515,8 +527,9 @@ __device__ int exactRowsOf(const dpsSampleArgs& a, long long base, uint16_t* lis
  * at a barrier after its last remote access. */
 template <typename X>
 __device__ void exactSplitRow(const dpsSampleArgs& a, long long row, SState& st, int* parity) {
-  __shared__ u64 s_bins[2][BINS]; /* this chunk's: read by the others */
-  __shared__ u64 s_all[EXACT_CHUNKS * BINS], s_tot[BINS];
+  using D = FineDigits;
+  __shared__ u64 s_bins[2][D::BINS]; /* this chunk's: read by the others */
+  __shared__ u64 s_tot[D::BINS];
   __shared__ float4 s_win[2][EXACT_CHUNKS]; /* block 0: the chunks' race winners */
   const int chunk = (int)(blockIdx.x % EXACT_CHUNKS);
   const char* rowp = rowPtr(a, row);
@@ -526,13 +539,11 @@ __device__ void exactSplitRow(const dpsSampleArgs& a, long long row, SState& st,
   while (st.mode == MODE_K || st.mode == MODE_P) {
     u64* bins = s_bins[parity[0]];
     parity[0] ^= 1;
-    histPass(st, rowp, a.dtype, from, to, xf, bins);
+    histPass<D>(st, rowp, a.dtype, from, to, xf, bins);
     dpsClusterBarrier();
-    for (int i = threadIdx.x; i < EXACT_CHUNKS * BINS; i += blockDim.x)
-      s_all[i] = *dpsClusterMap(&bins[i % BINS], (unsigned)(i / BINS));
-    __syncthreads();
-    searchTotals(st, s_all, EXACT_CHUNKS, s_tot);
-    if (threadIdx.x < 32) searchMerge(st, s_all, EXACT_CHUNKS, s_tot);
+    const ClusterBins rb{bins};
+    searchTotals<D>(st, rb, EXACT_CHUNKS, s_tot);
+    if (threadIdx.x < 32) searchMerge<D>(st, rb, EXACT_CHUNKS, s_tot);
     __syncthreads();
   }
   float bk, bv;
@@ -597,7 +608,7 @@ __global__ void __launch_bounds__(THREADS, 1) exactKernel(const __grid_constant_
       if (threadIdx.x == 0) s_st = *stateOf(a, row);
       __syncthreads();
       if (split) exactSplitRow<X>(a, row, s_st, parity);
-      else exactLocal<X>(a, row, &s_st, false);
+      else exactLocal<X, FineDigits>(a, row, &s_st, false);
     }
     j += m;
   }
@@ -637,7 +648,7 @@ __device__ __forceinline__ void stepItem(const dpsSampleArgs& a, long long row, 
         s_rec[3] = 0u;
       }
     } else {
-      histPass(s_st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
+      histPass<RecordDigits>(s_st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
       for (int d = threadIdx.x; d < BINS; d += blockDim.x) {
         if (want == MODE_K) {
           s_rec[d] = (uint32_t)s_bins[d];
@@ -732,8 +743,9 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
     s_bins[i] = want == MODE_K ? (u64)w[d] : ((u64)w[2 * d] | ((u64)w[2 * d + 1] << 32));
   }
   __syncthreads();
-  searchTotals(s_st, s_bins, tp, s_tot);
-  if (threadIdx.x < 32) searchMerge(s_st, s_bins, tp, s_tot);
+  const ArrayBins rb{s_bins, BINS};
+  searchTotals<RecordDigits>(s_st, rb, tp, s_tot);
+  if (threadIdx.x < 32) searchMerge<RecordDigits>(s_st, rb, tp, s_tot);
   if (threadIdx.x == 0) *stateOf(a, row) = s_st; /* lane 0 wrote it last */
   return true;
 }

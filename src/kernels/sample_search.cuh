@@ -41,17 +41,35 @@ __device__ __forceinline__ u64 ceilMass(double p) {
   return p >= 9.2e18 ? 9200000000000000000ull : (u64)ceil(p);
 }
 
-/* Digit of round r: bits [shift, shift + width) of the order key. */
-__device__ __forceinline__ void roundDigit(int r, int* shift, int* width) {
-  const int hi = 32 - DPS_SAMPLE_DIGIT_BITS * r;
-  const int sh = hi - DPS_SAMPLE_DIGIT_BITS > 0 ? hi - DPS_SAMPLE_DIGIT_BITS : 0;
-  *shift = sh;
-  *width = hi - sh;
-}
-__device__ __forceinline__ uint32_t roundMask(int r) {
-  const int hi = 32 - DPS_SAMPLE_DIGIT_BITS * r;
-  return hi >= 32 ? 0u : ~((1u << hi) - 1u);
-}
+/* The digits the searches fix round by round: FIRST bits of the order key,
+ * then NEXT bits a round down to the last (fewer where 32 runs out); a
+ * round's digit is bits [shift, shift + width). BINS holds any round's. */
+template <int FIRST, int NEXT>
+struct Digits {
+  static constexpr int BINS = 1 << (FIRST > NEXT ? FIRST : NEXT);
+  static_assert(BINS >= 64 && BINS % 32 == 0, "searchMerge: at least two bins a lane");
+  static __device__ __forceinline__ int top(int r) { return r == 0 ? 32 : 32 - FIRST - NEXT * (r - 1); }
+  static __device__ __forceinline__ void of(int r, int* shift, int* width) {
+    const int hi = top(r), w = r == 0 ? FIRST : NEXT;
+    const int sh = hi - w > 0 ? hi - w : 0;
+    *shift = sh;
+    *width = hi - sh;
+  }
+  /* the bits the rounds before r fixed */
+  static __device__ __forceinline__ uint32_t mask(int r) {
+    const int hi = top(r);
+    return hi >= 32 ? 0u : ~((1u << hi) - 1u);
+  }
+};
+/* The records' digits (tp > 1, and the first pass's own exact rows): 6 bits a
+ * round, 64 bins of u64 in a step's record. */
+using RecordDigits = Digits<DPS_SAMPLE_DIGIT_BITS, DPS_SAMPLE_DIGIT_BITS>;
+static_assert(RecordDigits::BINS == BINS, "a record's bins");
+/* The exact kernel's (tp == 1, nothing exchanged): the sign and the 8
+ * exponent bits first, a bin per octave, where 6 bits put most of a
+ * realistic row in one or two bins that the next round read again with its
+ * mass terms; then 7 bits, so bf16 in two rounds (fp16 three, fp32 five). */
+using FineDigits = Digits<9, 7>;
 
 /* The order key the bits fixed so far determine once shift <= st.zb (the
  * rest of a key is constant for the dtype: zeros for a positive value,
@@ -117,10 +135,11 @@ struct HistVisit {
   float T, smax;
   uint32_t* lo; /* counts (K), low words of the masses (P) */
   uint32_t* hi; /* P: high words */
-  uint32_t c0 = BINS, c1 = BINS, c2 = BINS, c3 = BINS; /* the cached bins (BINS: none) */
+  static constexpr uint32_t NONE = 0xffffffffu;
+  uint32_t c0 = NONE, c1 = NONE, c2 = NONE, c3 = NONE; /* the cached bins */
   u64 s0 = 0ull, s1 = 0ull, s2 = 0ull, s3 = 0ull;      /* and their sums */
   __device__ __forceinline__ void flushBin(uint32_t d, u64 sum) {
-    if (d < (uint32_t)BINS && sum != 0ull) {
+    if (d != NONE && sum != 0ull) {
       if (MASS) sharedAdd64(&lo[d], &hi[d], sum);
       else atomicAdd(&lo[d], (uint32_t)sum); /* a shard's count fits */
     }
@@ -171,20 +190,21 @@ struct HistVisit {
 constexpr int SEARCH_VECS = 1;
 
 /* The histogram of columns [from, to) of a shard for the state's current
- * round into bins[BINS] (u64; counts for K). Every thread calls it. */
-template <typename X>
+ * round (digits D) into bins[D::BINS] (u64; counts for K). Every thread
+ * calls it. */
+template <class D, typename X>
 __device__ void histPass(const SState& st, const char* rowp, int dtype, long long from,
                          long long to, const X& xf, u64* bins) {
-  __shared__ uint32_t s_lo[BINS], s_hi[BINS];
-  for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
+  __shared__ uint32_t s_lo[D::BINS], s_hi[D::BINS];
+  for (int i = threadIdx.x; i < D::BINS; i += blockDim.x) {
     s_lo[i] = 0u;
     s_hi[i] = 0u;
   }
   __syncthreads();
   int shift, width;
-  roundDigit(st.round, &shift, &width);
+  D::of(st.round, &shift, &width);
   const KeptKeys kk(st);
-  const uint32_t mask = roundMask(st.round), dmask = (1u << width) - 1u;
+  const uint32_t mask = D::mask(st.round), dmask = (1u << width) - 1u;
   const bool tie_out = st.has_thr && !st.qall;
   if (st.mode == MODE_P) {
     HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
@@ -196,7 +216,7 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
     v.flush();
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < BINS; i += blockDim.x) bins[i] = ((u64)s_hi[i] << 32) | s_lo[i];
+  for (int i = threadIdx.x; i < D::BINS; i += blockDim.x) bins[i] = ((u64)s_hi[i] << 32) | s_lo[i];
   __syncthreads();
 }
 
@@ -213,59 +233,84 @@ __device__ __forceinline__ void searchTieBin(const SState& st, int shift, int nb
   }
 }
 
-/* The round's bins summed over the ranks (rb[r * BINS + d]) into h[d], a
- * thread per bin; every thread calls (a barrier at the end). */
-__device__ void searchTotals(const SState& st, const u64* rb, int tp, u64* h) {
+/* Every rank's bins of a round as a merge reads them: rb(r, d) is bin d of
+ * rank r (of chunk r of a split row). */
+struct ArrayBins { /* rank r's at p[r * stride] */
+  const u64* p;
+  int stride;
+  __device__ __forceinline__ u64 operator()(int r, int d) const { return p[r * stride + d]; }
+};
+
+/* The round's bins summed over the ranks into h[d], a thread per bin; every
+ * thread calls (a barrier at the end). */
+template <class D, class RB>
+__device__ void searchTotals(const SState& st, const RB& rb, int tp, u64* h) {
   int shift, width;
-  roundDigit(st.round, &shift, &width);
+  D::of(st.round, &shift, &width);
   const int nb = 1 << width;
   u64 tie_m;
   int tie_d;
-  searchTieBin(st, shift, nb, roundMask(st.round), &tie_m, &tie_d);
+  searchTieBin(st, shift, nb, D::mask(st.round), &tie_m, &tie_d);
   for (int d = threadIdx.x; d < nb; d += blockDim.x) {
     u64 s = 0ull;
-    for (int r = 0; r < tp; ++r)
-      s += rb[r * BINS + d] + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull);
+    for (int r = 0; r < tp; ++r) s += rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull);
     h[d] = s;
   }
   __syncthreads();
 }
 
-/* One round of the search from every rank's bins (rb[r * BINS + d]) and
- * their totals h (searchTotals); the 32 threads of one warp call, a lane
- * holding bins 2 lane and 2 lane + 1 and, for the tie quotas, rank lane.
- * Moves the state to its next round or mode (every lane reads the state
- * before lane 0 and the quota lanes write it). */
-__device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
+/* One round of the search from every rank's bins rb and their totals h
+ * (searchTotals); the 32 threads of one warp call, a lane holding the BPL
+ * bins from BPL lane on and, for the tie quotas, rank lane. Moves the state
+ * to its next round or mode (every lane reads the state before lane 0 and
+ * the quota lanes write it). */
+template <class D, class RB>
+__device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
+  constexpr int BPL = D::BINS / 32;
   const unsigned full = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   int shift, width;
-  roundDigit(st.round, &shift, &width);
+  D::of(st.round, &shift, &width);
   const int nb = 1 << width;
-  const uint32_t mask = roundMask(st.round);
+  const uint32_t mask = D::mask(st.round);
   u64 tie_m;
   int tie_d;
   searchTieBin(st, shift, nb, mask, &tie_m, &tie_d);
-  const int d0 = 2 * lane, d1 = 2 * lane + 1;
-  const u64 h0 = d0 < nb ? h[d0] : 0ull, h1 = d1 < nb ? h[d1] : 0ull;
-  /* S(d) = sum of h[e], e >= d: S0 = S(d0), S1 = S(d1) */
-  u64 S0 = h0 + h1;
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 y = __shfl_down_sync(full, S0, o);
-    if (lane + o < 32) S0 += y;
+  const int d0 = BPL * lane;
+  u64 hv[BPL], own = 0ull;
+#pragma unroll
+  for (int i = 0; i < BPL; ++i) {
+    hv[i] = d0 + i < nb ? h[d0 + i] : 0ull;
+    own += hv[i];
   }
-  const u64 S1 = S0 - h0;
-  const u64 total = __shfl_sync(full, S0, 0);
+  /* S(d) = sum of h[e], e >= d; Sl = S(d0) */
+  u64 Sl = own;
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 y = __shfl_down_sync(full, Sl, o);
+    if (lane + o < 32) Sl += y;
+  }
+  const u64 total = __shfl_sync(full, Sl, 0);
   /* The bin where the masses (counts) from the top reach `goal` over `base`:
    * the largest d >= 1 with base + S(d) >= goal, else 0 (S falls with d);
-   * *hd = h[d], *rel = S(d + 1), the part of the bins above it. */
+   * *hd = h[d], *rel = S(d + 1), the part of the bins above it. Each lane
+   * finds its largest such bin; the highest lane that has one holds d. */
   auto reach = [&](u64 base, u64 goal, u64* hd, u64* rel) {
-    const unsigned b1 = __ballot_sync(full, d1 < nb && base + S1 >= goal);
-    const unsigned b0 = __ballot_sync(full, d0 >= 1 && d0 < nb && base + S0 >= goal);
-    int d = b1 ? 2 * (31 - __clz((int)b1)) + 1 : 0;
-    if (b0 && 2 * (31 - __clz((int)b0)) > d) d = 2 * (31 - __clz((int)b0));
-    const u64 sd = __shfl_sync(full, (d & 1) ? S1 : S0, d >> 1);
-    *hd = __shfl_sync(full, (d & 1) ? h1 : h0, d >> 1);
+    int dl = -1;
+    u64 sl = 0ull, hl = 0ull, s = Sl - own; /* S(d0 + BPL) */
+#pragma unroll
+    for (int i = BPL - 1; i >= 0; --i) {
+      s += hv[i];
+      if (dl < 0 && d0 + i >= 1 && d0 + i < nb && base + s >= goal) {
+        dl = d0 + i;
+        sl = s;
+        hl = hv[i];
+      }
+    }
+    const unsigned b = __ballot_sync(full, dl >= 0);
+    const int src = b ? 31 - __clz((int)b) : 0;
+    const int d = b ? __shfl_sync(full, dl, src) : 0;
+    const u64 sd = b ? __shfl_sync(full, sl, src) : total;
+    *hd = b ? __shfl_sync(full, hl, src) : __shfl_sync(full, hv[0], 0);
     *rel = sd - *hd;
     return d;
   };
@@ -301,7 +346,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
         qall = hd == need;
         tkey = qall ? prefix : keyOfPrefix(prefix, shift);
         /* the first `need` ties by global index: rank by rank */
-        q = quotaOf(need, rank && r < tp ? rb[r * BINS + d] : 0ull);
+        q = quotaOf(need, rank && r < tp ? rb(r, d) : 0ull);
         done = true;
       }
     }
@@ -345,7 +390,7 @@ __device__ void searchMerge(SState& st, const u64* rb, int tp, const u64* h) {
         all = true;
       } else {
         const u64 c = rank && r < tp
-                          ? (rb[r * BINS + d] + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull)) / m
+                          ? (rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull)) / m
                           : 0ull;
         q = quotaOf((P - above + m - 1ull) / m, c);
       }
