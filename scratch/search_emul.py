@@ -125,7 +125,9 @@ def search(keys, masses, chunks, st, D, zb, mterm):
                     st['has_thr'], st['qall'] = True, qall
                     st['tkey'] = prefix if qall else key_of_prefix(prefix, shift)
                     if not qall:
-                        st['quota'] = quota_of(need, [rb[r][d] for r in range(tp)])
+                        cs = [rb[r][d] for r in range(tp)]
+                        st['quota'] = quota_of(need, cs)
+                        st['whole'] = [q == c for q, c in zip(st['quota'], cs)]
                 st['need'], st['prefix'] = need, prefix
             if done:
                 st.update(mode='P' if st['topp_after'] else 'R', round=0, prefix=0, above=0)
@@ -148,11 +150,16 @@ def search(keys, masses, chunks, st, D, zb, mterm):
                 if m == 0:
                     al = True
                 else:
-                    q = quota_of((P - above + m - 1) // m, [binr(r, d) // m for r in range(tp)])
+                    cs = [binr(r, d) // m for r in range(tp)]
+                    q = quota_of((P - above + m - 1) // m, cs)
+                    # where the bin is the top-k threshold's key, c counts
+                    # only the ties top-k kept: whole only if those were all
+                    whole = [a == c and (d != tie_d or st['whole'][r])
+                             for r, (a, c) in enumerate(zip(q, cs))]
             if not (al and st['has_thr'] and prefix <= st['tkey']):
                 st.update(has_thr=True, tkey=prefix if al else kone, qall=al)
                 if not al:
-                    st['quota'] = q
+                    st['quota'], st['whole'] = q, whole
             st.update(mode='R', round=0)
         else:
             st['round'] += 1
@@ -169,7 +176,9 @@ def kept_of(keys, st):
             else:
                 tie = ok & (k == st['tkey'])
                 rank = np.cumsum(tie)
-                ok = ok & ((k > st['tkey']) | (tie & (rank <= st['quota'][r])))
+                # a part that keeps all its ties takes them without a cut
+                keep_tie = tie if st['whole'][r] else tie & (rank <= st['quota'][r])
+                ok = ok & ((k > st['tkey']) | keep_tie)
         out.append(ok)
     return np.concatenate(out)
 
@@ -271,7 +280,8 @@ def main(trials, seed):
             masses = [np.array(mass[bounds[r]:bounds[r + 1]], dtype=object) for r in range(tp)]
             st = dict(mode='K' if k is not None else 'P', round=0, has_thr=False, qall=False,
                       topp_after=top_p is not None, prefix=0, tkey=0, mpkey=mpkey,
-                      need=k if k is not None else 0, above=0, P=0, top_p=top_p, quota=[0] * 8)
+                      need=k if k is not None else 0, above=0, P=0, top_p=top_p, quota=[0] * 8,
+                      whole=[False] * 8)
             # K's and P's histograms leave out invalid entries: key 0 < mpkey
             st = search(keys, masses, bounds, st, D, zb, mterm)
             res.append(kept_of(keys, st) & valid)

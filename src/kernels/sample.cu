@@ -64,6 +64,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   s.round = 0;
   s.has_thr = 0;
   s.qall = 0;
+  s.whole = 0u;
   s.prefix = 0u;
   s.tkey = 0u;
   s.need = 0ull;

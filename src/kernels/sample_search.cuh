@@ -17,6 +17,7 @@ struct SState {
   uint32_t prefix; /* the bits the search fixed so far */
   uint32_t tkey;   /* has_thr: kept keys are > tkey, and == tkey within quota */
   uint32_t mpkey;  /* min-p: kept keys are >= mpkey (KEY_NEG_INF + 1: off) */
+  uint32_t whole;  /* tie quotas: bit r set where rank r keeps all its ties (no cut to find) */
   u64 need;        /* K: count still wanted within the prefix */
   u64 above;       /* P: mass of the kept bins above the prefix's */
   u64 P;           /* P: kept indices have a mass before them below P */
@@ -333,7 +334,7 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
     u64 need = st.need;
     uint32_t prefix = st.prefix;
     bool done = false, thr = false, qall = false;
-    uint32_t tkey = 0u, q = 0u;
+    uint32_t tkey = 0u, q = 0u, whole = 0u;
     if (round == 0 && total < need) {
       done = true; /* min-p left fewer than k: top-k keeps them all */
     } else {
@@ -346,7 +347,9 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
         qall = hd == need;
         tkey = qall ? prefix : keyOfPrefix(prefix, shift);
         /* the first `need` ties by global index: rank by rank */
-        q = quotaOf(need, rank && r < tp ? rb(r, d) : 0ull);
+        const u64 c = rank && r < tp ? rb(r, d) : 0ull;
+        q = quotaOf(need, c);
+        whole = __ballot_sync(full, (u64)q == c);
         done = true;
       }
     }
@@ -357,6 +360,7 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
         st.has_thr = 1;
         st.qall = qall;
         st.tkey = tkey;
+        st.whole = whole;
       }
       if (done) {
         st.mode = st.topp_after ? MODE_P : MODE_RACE;
@@ -381,7 +385,7 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
   const uint32_t prefix = st.prefix | ((uint32_t)d << shift);
   const bool last = above + hd <= P || shift <= st.zb;
   bool all = above + hd <= P, set = false;
-  uint32_t q = 0u, tkey = 0u;
+  uint32_t q = 0u, tkey = 0u, whole = 0u;
   if (last) {
     const uint32_t kone = keyOfPrefix(prefix, shift);
     if (!all) { /* one key value: ties of equal mass m, by global index */
@@ -393,6 +397,8 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
                           ? (rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull)) / m
                           : 0ull;
         q = quotaOf((P - above + m - 1ull) / m, c);
+        /* in the top-k threshold's bin, c counts only the ties top-k kept */
+        whole = __ballot_sync(full, (u64)q == c && (d != tie_d || ((st.whole >> r) & 1u)));
       }
     }
     /* a whole bin at or below the top-k threshold keeps all of S: the top-k
@@ -411,6 +417,7 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
         st.has_thr = 1;
         st.tkey = tkey;
         st.qall = all;
+        st.whole = whole;
       }
       st.mode = MODE_RACE;
       st.round = 0;
@@ -514,7 +521,10 @@ __device__ void racePass(const SState& st, const char* rowp, int dtype, long lon
   KeptVisit f{KeptKeys(st)};
   f.col0 = col0;
   f.ties = ties;
-  f.cut = ties ? tieCutoff(st, rowp, dtype, from, to, xf, st.quota[part]) : to;
+  /* a part that keeps all its ties needs no cut (before the part holding
+   * the boundary, every part's quota is its count) */
+  const bool cut = ties && !((st.whole >> part) & 1u);
+  f.cut = cut ? tieCutoff(st, rowp, dtype, from, to, xf, st.quota[part]) : to;
   f.race.init(st.T, st.seed, st.offset);
   forEachElemWarpX<2 * SEARCH_VECS>(rowp, dtype, from, to, xf, f);
   f.race.finish();
