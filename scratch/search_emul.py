@@ -77,10 +77,14 @@ def search(keys, masses, chunks, st, D, zb, mterm):
                 if tie_out:
                     sel &= k != st['tkey']
             dig = ((k[sel] >> shift) & (nb - 1)).astype(np.int64)
-            w = np.ones(len(dig), dtype=object) if st['mode'] == 'K' else m[sel]
+            counted = st['mode'] == 'K' or shift <= zb  # P: counts, weighed per bin after
+            w = np.ones(len(dig), dtype=object) if counted else m[sel]
             b = [0] * D.bins
             for d, v in zip(dig.tolist(), list(w)):
                 b[d] += int(v)
+            if st['mode'] == 'P' and counted:
+                b = [c * mterm(key_of_prefix(st['prefix'] | (d << shift), shift)) if c else 0
+                     for d, c in enumerate(b)]
             rb.append(b)
         tie_d, tie_m = -1, 0
         if st['mode'] == 'P' and st['has_thr'] and not st['qall'] and (st['tkey'] & mask) == st['prefix']:

@@ -206,18 +206,29 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
   D::of(st.round, &shift, &width);
   const KeptKeys kk(st);
   const uint32_t mask = D::mask(st.round), dmask = (1u << width) - 1u;
-  const bool tie_out = st.has_thr && !st.qall;
-  if (st.mode == MODE_P) {
+  const bool tie_out = st.mode == MODE_P && st.has_thr && !st.qall;
+  /* P where the digit reaches the dtype's last bit: a bin holds one value,
+   * so its mass is its count times that value's term (exact: the same
+   * integer sum), and the pass counts */
+  const bool counted = st.mode == MODE_P && shift <= st.zb;
+  if (st.mode == MODE_P && !counted) {
     HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
     forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   } else {
-    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, false, st.T, st.smax, s_lo, s_hi};
+    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
     forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < D::BINS; i += blockDim.x) bins[i] = ((u64)s_hi[i] << 32) | s_lo[i];
+  for (int i = threadIdx.x; i < D::BINS; i += blockDim.x) {
+    u64 b = ((u64)s_hi[i] << 32) | s_lo[i];
+    if (counted && b != 0ull) {
+      const uint32_t key = keyOfPrefix(st.prefix | ((uint32_t)i << shift), shift);
+      b *= massTerm(keyValue(key), st.T, st.smax);
+    }
+    bins[i] = b;
+  }
   __syncthreads();
 }
 
