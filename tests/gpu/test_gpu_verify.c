@@ -458,15 +458,34 @@ static int testBadArgs(dpsComm_t comm, const smpDev* d, int n, cudaStream_t s) {
                                        &p, NULL, 0.0f, NULL, &ai, &al, NULL, s);
   FX_CHECK(r == dpsInvalidArgument && strstr(dpsGetLastError(), "predict") != NULL,
            "predict NULL: %s", dpsGetLastError());
-  /* found on the device: a candidate outside [0, V), a temperature < 0 */
+  /* scalar top_p and min_p outside their ranges (spec section 5) */
+  static const float bad_p[3] = {0.0f, 1.5f, NAN}, bad_m[3] = {1.0f, -0.1f, NAN};
+  for (int i = 0; i < 6; ++i) {
+    dpsSampleParams_t bp = p;
+    const int is_p = i < 3;
+    if (is_p) bp.top_p = bad_p[i];
+    else bp.min_p = bad_m[i - 3];
+    const char* needle = is_p ? "top_p=" : "min_p=";
+    const dpsResult_t rb = dpsVerifyChain(comm, d->logits, R, d->cols, d->dtype, d->cols, 2,
+                                          q.cand, &bp, NULL, 0.0f, &pr, &ai, &al, &lp, s);
+    FX_CHECK(rb == dpsInvalidArgument && strstr(dpsGetLastError(), needle) != NULL,
+             "scalar %s%g: %s: %s", needle, (double)(is_p ? bp.top_p : bp.min_p),
+             dpsGetErrorString(rb), dpsGetLastError());
+    FX_CHECK(pr == (int32_t*)0x1 && ai == (int32_t*)0x1 && al == (int32_t*)0x1 &&
+                 lp == (float*)0x1,
+             "scalar %s: an output pointer was written", needle);
+  }
+  /* found on the device: a candidate outside [0, V) (V, then -1), a
+   * temperature < 0 */
   ReqHost* rh = calloc(1, sizeof *rh);
   FX_CHECK(rh != NULL, "host alloc");
   for (int b = 0; b < 2; ++b) rh->T[b] = 1.0f, rh->top_p[b] = 1.0f, rh->seed[b] = (uint64_t)b;
   if (reqUpload(&q, rh, s)) return 1;
-  for (int bad = 0; bad < 2; ++bad) {
+  for (int bad = 0; bad < 3; ++bad) {
     int32_t cand[64] = {0};
-    float T1 = bad == 0 ? 1.0f : -1.0f;
+    float T1 = bad == 1 ? -1.0f : 1.0f;
     if (bad == 0) cand[2 * n - 1] = (int32_t)d->cols; /* == V at tp 1 */
+    if (bad == 2) cand[2 * n - 1] = -1;
     GT_CUDA(cudaMemcpy(q.cand, cand, (size_t)R * 4, cudaMemcpyHostToDevice));
     GT_CUDA(cudaMemcpy(q.T + 1, &T1, 4, cudaMemcpyHostToDevice));
     dpsSampleStats_t st;
@@ -490,13 +509,14 @@ static int testBadArgs(dpsComm_t comm, const smpDev* d, int n, cudaStream_t s) {
     GT_CUDA(cudaMemcpy(hal, al, 8, cudaMemcpyDeviceToHost));
     int touched = hal[0] != 0x5a5a5a5a || hal[1] != 0x5a5a5a5a;
     for (int64_t i = 0; i < R; ++i) touched |= hp[i] != 0x5a5a5a5a;
-    FX_CHECK(!touched, "%s: the invalid call wrote its outputs", bad == 0 ? "candidate" : "T < 0");
+    static const char* const what[3] = {"candidate V", "T < 0", "candidate -1"};
+    FX_CHECK(!touched, "%s: the invalid call wrote its outputs", what[bad]);
     FX_CHECK_OK(dpsCommGetSampleStats(comm, &st));
     const char* msg = dpsGetLastError();
     FX_CHECK(st.invalid_calls == inv0 + 1, "invalid_calls %llu, was %llu",
              (unsigned long long)st.invalid_calls, (unsigned long long)inv0);
-    FX_CHECK(bad == 0 ? strstr(msg, "candidates[") != NULL : strstr(msg, "temperatures[1]") != NULL,
-             "the stats name %s", msg);
+    FX_CHECK(bad != 1 ? strstr(msg, "candidates[") != NULL : strstr(msg, "temperatures[1]") != NULL,
+             "%s: the stats name %s", what[bad], msg);
   }
   free(rh);
   reqFree(&q);

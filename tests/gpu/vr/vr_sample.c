@@ -15,7 +15,9 @@
  *  - G (scalar T = 0, tokens only);
  *  - a graph captured with A's arrays and replayed after B was uploaded
  *    into them;
- *  - and every rank's path counters grew alike. */
+ *  - and every rank's path counters grew alike;
+ *  - an invalid device entry (top_p[9] = 1.5): every rank's call writes
+ *    nothing, and every rank counts it and names row and argument. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -138,6 +140,54 @@ static int smpEager(VrGroup* g, int rank, smpDev* dev, SmpData* d, int k, int us
   return smpCheck(g, rank, d, k, r0, n, tok, want_lp ? lp : NULL, what);
 }
 
+/* An invalid device entry (top_p[9] = 1.5) seen by every rank: each call
+ * succeeds and writes nothing, and each rank counts it and names the row
+ * and the argument. */
+static int smpInvalidEntry(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
+  VrRank* r = &g->r[rank];
+  const int64_t R = SMP_VR_ROWS;
+  const int bad_row = 9;
+  const float bad_p = 1.5f;
+  char what[320];
+  snprintf(what, sizeof what, "%s rank %d: sample with top_p[%d] = 1.5", g->desc, rank, bad_row);
+  if (smpDevUploadParams(dev, &d->h[0], 0, R, r->s)) return vrCount(g, 0);
+  VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
+  VR_CUDA(g, rank, cudaMemcpy(dev->top_p + bad_row, &bad_p, 4, cudaMemcpyHostToDevice));
+  VR_CUDA(g, rank, cudaMemsetAsync(dev->tok, 0x5a, (size_t)R * 8, r->s));
+  VR_CUDA(g, rank, cudaMemsetAsync(dev->lp, 0x5a, (size_t)R * 4, r->s));
+  dpsSampleStats_t s0, s1;
+  VR_OK(g, rank, dpsCommGetSampleStats(r->comm, &s0));
+  if (vrBarrier(g)) return 1;
+  const dpsSampleParams_t p = smpDpsParams(dev, &d->spec[SET_A], 0);
+  VR_OK(g, rank,
+        dpsSample(r->comm, dev->logits, R, g->v_local, g->cfg.dtype, SMP_VR_V, &p, dev->tok,
+                  dev->lp, r->s));
+  VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
+  if (vrCheckAsync(g, rank, what)) return 1;
+  unsigned char tok[SMP_VR_ROWS * 8], lp[SMP_VR_ROWS * 4];
+  VR_CUDA(g, rank, cudaMemcpy(tok, dev->tok, sizeof tok, cudaMemcpyDeviceToHost));
+  VR_CUDA(g, rank, cudaMemcpy(lp, dev->lp, sizeof lp, cudaMemcpyDeviceToHost));
+  size_t written = 0;
+  for (size_t i = 0; i < sizeof tok; ++i) written += tok[i] != 0x5a;
+  for (size_t i = 0; i < sizeof lp; ++i) written += lp[i] != 0x5a;
+  VR_OK(g, rank, dpsCommGetSampleStats(r->comm, &s1));
+  const char* msg = dpsGetLastError();
+  const int named = strstr(msg, "top_p") != NULL &&
+                    (strstr(msg, "row 9") != NULL || strstr(msg, "[9]") != NULL);
+  const uint64_t drawn0 = s0.rows_greedy + s0.rows_fast + s0.rows_exact;
+  const uint64_t drawn1 = s1.rows_greedy + s1.rows_fast + s1.rows_exact;
+  if (vrCount(g, written == 0 && s1.invalid_calls == s0.invalid_calls + 1 && drawn1 == drawn0 &&
+                     named)) {
+    fprintf(stderr,
+            "%s: %zu output bytes written, invalid_calls %llu -> %llu, rows counted %llu, "
+            "message \"%s\"\n",
+            what, written, (unsigned long long)s0.invalid_calls,
+            (unsigned long long)s1.invalid_calls, (unsigned long long)(drawn1 - drawn0), msg);
+    return 1;
+  }
+  return 0;
+}
+
 static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
   VrRank* r = &g->r[rank];
   const int64_t R = SMP_VR_ROWS, col0 = (int64_t)rank * g->v_local;
@@ -184,7 +234,7 @@ static int bodySampleRun(VrGroup* g, int rank, SmpData* d, smpDev* dev) {
             (unsigned long long)z->rows_exact, (unsigned long long)rows);
     return 1;
   }
-  return 0;
+  return smpInvalidEntry(g, rank, d, dev);
 }
 
 typedef struct {
