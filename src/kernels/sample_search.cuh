@@ -459,14 +459,20 @@ __device__ long long tieCutoff(const SState& st, const char* rowp, int dtype, lo
   uint32_t running = 0u;
   for (long long base = from; base < to; base += (long long)blockDim.x * 8) {
     const long long j0 = base + (long long)threadIdx.x * 8;
+    /* the 8 loads issued together (a load behind each bounds test would
+     * wait for the one before); out-of-range columns read column j0 */
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const long long j = j0 + u < to ? j0 + u : (j0 < to ? j0 : from);
+      v[u] = xf.one(j, loadValue(rowp, j, dtype));
+    }
     uint32_t m = 0u;
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const long long j = j0 + u;
-      if (j >= to) break;
-      const float x = xf.one(j, loadValue(rowp, j, dtype));
+      const float x = v[u];
       const uint32_t key = orderKey(x);
-      if (x > -INFINITY && key == kk.tkey && kk.above(key)) m |= 1u << u;
+      if (j0 + u < to && x > -INFINITY && key == kk.tkey && kk.above(key)) m |= 1u << u;
     }
     const uint32_t c = (uint32_t)__popc(m);
     uint32_t inc = c;
