@@ -811,23 +811,17 @@ extern "C" cudaError_t dpsLaunchSampleExact(const dpsSampleArgs* a, cudaStream_t
 extern "C" cudaError_t dpsSampleExactClusters(int* clusters) {
   *clusters = 0;
   const cudaError_t before = cudaPeekAtLastError();
-  int usable = 0;
+  int usable = 0, least = -1;
   cudaError_t e = dpsClustersUsable((const void*)exactKernel<NoXform>, &usable);
-  if (e != cudaSuccess) dpsForgetOwnError(before);
-  if (e != cudaSuccess || !usable) return e;
   const void* const k[] = {(const void*)exactKernel<NoXform>, (const void*)exactKernel<LogitXform>};
-  int least = -1;
-  for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
+  for (int i = 0; i < 2 && e == cudaSuccess && usable; ++i) {
     int n = 0;
     e = dpsMaxActiveClusters(k[i], EXACT_CHUNKS, THREADS, EXACT_CHUNKS, &n);
     if (e == cudaSuccess && (least < 0 || n < least)) least = n;
   }
-  if (e != cudaSuccess) {
-    dpsForgetOwnError(before);
-    return e;
-  }
-  *clusters = least;
-  return cudaSuccess;
+  if (e != cudaSuccess) dpsForgetOwnError(before);
+  else if (usable) *clusters = least;
+  return e;
 }
 
 extern "C" cudaError_t dpsLaunchSampleMerge(const dpsSampleArgs* a, cudaStream_t stream) {
