@@ -277,18 +277,22 @@ __device__ __forceinline__ const char* rowPtr(const dpsSampleArgs& a, long long 
 }
 
 /* The searches (digits D) and the race of one row on this block alone
- * (tp == 1). */
-template <typename X, class D>
+ * (tp == 1). SEARCH false: rows without top-k, top-p or min-p (the RACE
+ * kernel's), whose exact path is the race alone; the search's code left out
+ * of that kernel keeps its hot pass's code generation to itself. */
+template <typename X, class D, bool SEARCH = true>
 __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bool bad) {
-  __shared__ u64 s_bins[D::BINS], s_tot[D::BINS];
   const char* rowp = rowPtr(a, row);
   const X xf = rowXform<X>(a, row);
-  const ArrayBins rb{s_bins, D::BINS};
-  while (st->mode == MODE_K || st->mode == MODE_P) {
-    histPass<D>(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
-    searchTotals<D>(*st, rb, 1, s_tot);
-    if (threadIdx.x < 32) searchMerge<D>(*st, rb, 1, s_tot);
-    __syncthreads();
+  if constexpr (SEARCH) {
+    __shared__ u64 s_bins[D::BINS], s_tot[D::BINS];
+    const ArrayBins rb{s_bins, D::BINS};
+    while (st->mode == MODE_K || st->mode == MODE_P) {
+      histPass<D>(*st, rowp, a.dtype, 0, a.nvalid, xf, s_bins);
+      searchTotals<D>(*st, rb, 1, s_tot);
+      if (threadIdx.x < 32) searchMerge<D>(*st, rb, 1, s_tot);
+      __syncthreads();
+    }
   }
   float bk, bv;
   uint32_t bi;
@@ -324,7 +328,7 @@ __device__ __noinline__ void drawRow(const dpsSampleArgs& a, long long row, cons
   }
   __syncthreads();
   if (a.tp == 1 && a.exact_clusters == 0 && s_st.mode != MODE_DONE)
-    exactLocal<X, RecordDigits>(a, row, &s_st, bad);
+    exactLocal<X, RecordDigits, KERNEL != DPS_SAMPLE_FIRST_RACE>(a, row, &s_st, bad);
 }
 
 /* ---- the kernels --------------------------------------------------------------------- */
