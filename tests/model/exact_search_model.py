@@ -1,4 +1,4 @@
-"""Emulates the exact path's search (kernels/sample_search.cuh: histograms,
+"""Emulates the exact path's search (src/kernels/sample_search.cuh: histograms,
 searchTotals, searchMerge with its lane-wise reach, the tie quotas) over
 random rows split into chunks, for the record digits (6 a round) and the fine
 digits (9, then 7), and checks both kept sets against the definition
@@ -6,7 +6,11 @@ digits (9, then 7), and checks both kept sets against the definition
 below ceil(top_p * Z); top_p a float32 below 1, as decide() leaves it), for
 equality, zero-mass indices included. Logic only, not the CUDA code."""
 import math, random, sys
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print('exact_search_model: SKIPPED: numpy is missing (pip install numpy)')
+    sys.exit(77)
 
 M32 = 0xffffffff
 KEY_NEG_INF = 0x007fffff
