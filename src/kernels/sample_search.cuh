@@ -35,6 +35,12 @@ __device__ __forceinline__ u64 massTerm(float x, float T, float smax) {
   return __float2ull_rz(__fmul_rn(fastExp2Ftz(d), TERM_SCALE));
 }
 
+/* The mass term of the one value a key stands for (a bin of one value, the
+ * ties at a threshold). */
+__device__ __forceinline__ u64 keyMass(const SState& st, uint32_t key) {
+  return massTerm(keyValue(key), st.T, st.smax);
+}
+
 /* top_p * Z as the integer bound of the masses before a kept index: at
  * least 1 (the first index always stays), NaN and overflow clamped. */
 __device__ __forceinline__ u64 ceilMass(double p) {
@@ -225,7 +231,7 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
     u64 b = ((u64)s_hi[i] << 32) | s_lo[i];
     if (counted && b != 0ull) {
       const uint32_t key = keyOfPrefix(st.prefix | ((uint32_t)i << shift), shift);
-      b *= massTerm(keyValue(key), st.T, st.smax);
+      b *= keyMass(st, key);
     }
     bins[i] = b;
   }
@@ -240,7 +246,7 @@ __device__ __forceinline__ void searchTieBin(const SState& st, int shift, int nb
   *tie_m = 0ull;
   *tie_d = -1;
   if (st.mode == MODE_P && st.has_thr && !st.qall && (st.tkey & mask) == st.prefix) {
-    *tie_m = massTerm(keyValue(st.tkey), st.T, st.smax);
+    *tie_m = keyMass(st, st.tkey);
     *tie_d = (int)((st.tkey >> shift) & (uint32_t)(nb - 1));
   }
 }
@@ -252,6 +258,14 @@ struct ArrayBins { /* rank r's at p[r * stride] */
   int stride;
   __device__ __forceinline__ u64 operator()(int r, int d) const { return p[r * stride + d]; }
 };
+
+/* Bin d of rank r as the merge counts it: with r's quota of the top-k
+ * threshold's ties (mass tie_m each) in their bin tie_d (searchTieBin). */
+template <class RB>
+__device__ __forceinline__ u64 rankBin(const SState& st, const RB& rb, int r, int d, int tie_d,
+                                       u64 tie_m) {
+  return rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull);
+}
 
 /* The round's bins summed over the ranks into h[d], a thread per bin; every
  * thread calls (a barrier at the end). */
@@ -265,7 +279,7 @@ __device__ void searchTotals(const SState& st, const RB& rb, int tp, u64* h) {
   searchTieBin(st, shift, nb, D::mask(st.round), &tie_m, &tie_d);
   for (int d = threadIdx.x; d < nb; d += blockDim.x) {
     u64 s = 0ull;
-    for (int r = 0; r < tp; ++r) s += rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull);
+    for (int r = 0; r < tp; ++r) s += rankBin(st, rb, r, d, tie_d, tie_m);
     h[d] = s;
   }
   __syncthreads();
@@ -400,13 +414,11 @@ __device__ void searchMerge(SState& st, const RB& rb, int tp, const u64* h) {
   if (last) {
     const uint32_t kone = keyOfPrefix(prefix, shift);
     if (!all) { /* one key value: ties of equal mass m, by global index */
-      const u64 m = massTerm(keyValue(kone), st.T, st.smax);
+      const u64 m = keyMass(st, kone);
       if (m == 0ull) {
         all = true;
       } else {
-        const u64 c = rank && r < tp
-                          ? (rb(r, d) + (d == tie_d ? (u64)st.quota[r] * tie_m : 0ull)) / m
-                          : 0ull;
+        const u64 c = rank && r < tp ? rankBin(st, rb, r, d, tie_d, tie_m) / m : 0ull;
         q = quotaOf((P - above + m - 1ull) / m, c);
         /* in the top-k threshold's bin, c counts only the ties top-k kept */
         whole = __ballot_sync(full, (u64)q == c && (d != tie_d || ((st.whole >> r) & 1u)));
