@@ -4,7 +4,10 @@
 # s33-minp-lean (= bench/results/2026-12-05-s33-minp-lean.patch on 0bbbc27). Carry a
 # build-carry/s33/c.tar.xz of: new/ (test_gpu_sample, test_gpu_virtual_ranks, test_gpu_verify and
 # libdpsampling.so* of the branch), dps-perf, base/ (main's libdpsampling.so*), plant/
-# (test_gpu_sample of the branch with decide's "if (nA == a.cand) ++nA;" removed).
+# (test_gpu_sample of the branch with decide's "if (nA == a.cand) ++nA;" removed), plantB/
+# (test_gpu_sample of the branch's test file over fed7d56's kernels: the lean maximum that
+# dropped warps without a race winner; test (h) must fail). new/ and base/ 52 MB as xz:
+# if both plants do not fit the 64 MiB carry, run plantB in a run of its own.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 T0=$SECONDS
@@ -23,6 +26,9 @@ grep -E "sample_|wrong" $OUT/perf_new_checked.txt | cut -c1-220
 perf new2 $C/new; perf base2 $C/base
 t "test_gpu_sample"; $C/new/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"; grep -E "chi2 .*plateau min-p|passed|FAIL|fail" $OUT/sample.log | cut -c1-260
 t "planted (nA not past a full list)"; DPS_SAMPLE_CHI2_SCALE=0.3 $C/plant/test_gpu_sample onesided > $OUT/plant.log 2>&1; echo "rc=$?"; grep -E "plateau min-p|passed|FAIL|fail|wrong|reference" $OUT/plant.log | head -8 | cut -c1-260
+if [ -x $C/plantB/test_gpu_sample ]; then
+  t "planted B (fed7d56: the lean maximum without the warps that have no winner)"; DPS_SAMPLE_CHI2_SCALE=0.3 $C/plantB/test_gpu_sample onesided > $OUT/plantB.log 2>&1; echo "rc=$?"; grep -E "isolated|passed|FAIL" $OUT/plantB.log | head -6 | cut -c1-260
+fi
 t "vr sample"; DPS_VR_SCENARIO=sample $C/new/test_gpu_virtual_ranks > $OUT/vr_sample.log 2>&1; echo "rc=$?"; grep -E "total|FAIL|note" $OUT/vr_sample.log | head -5
 t "verify"; $C/new/test_gpu_verify all > $OUT/verify.log 2>&1; echo "rc=$?"; tail -2 $OUT/verify.log
 t "vr all"; $C/new/test_gpu_virtual_ranks > $OUT/vr_all.log 2>&1; echo "rc=$?"; grep -E "total|FAIL|note" $OUT/vr_all.log | head -8
