@@ -7,12 +7,14 @@
 # (test_gpu_sample of the branch with decide's "if (nA == a.cand) ++nA;" removed), plantB/
 # (test_gpu_sample of the branch's test file over fed7d56's kernels: the lean maximum that
 # dropped warps without a race winner; test (h) must fail). new/ and base/ 52 MB as xz:
-# if both plants do not fit the 64 MiB carry, run plantB in a run of its own.
+# plantB in build-carry/s33/c2.tar.xz (8.8 MB): with c.tar.xz over the 64 MiB carry, so a run of
+# its own (carry c2 alone: the steps whose binaries are absent fail fast and the rest runs).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 T0=$SECONDS
 NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-C=/tmp/c; mkdir -p $C && tar -xJf build-carry/s33/c.tar.xz -C $C
+C=/tmp/c; mkdir -p $C
+for f in build-carry/s33/c.tar.xz build-carry/s33/c2.tar.xz; do [ -f $f ] && tar -xJf $f -C $C; done
 export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
 t() { echo "[t=$((SECONDS-T0))s] $*"; }
 PERF="-t 1 -b onesided --no-peak --no-check -o sample_t,sample_minp,sample_kp,sample_p -s 64x1x152064,1024x1x152064"
