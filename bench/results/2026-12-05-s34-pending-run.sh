@@ -2,7 +2,8 @@
 # Session 34, prepared and NOT RUN (no device was lent in session 34). It supersedes
 # 2026-12-05-s33-pending-run.sh: branch s34-zsum holds s33-minp-lean's six commits and
 # session 34's (the first pass's fixed-point sums a vector at a time, from a compensated y, with
-# no division per element). The code: bench/results/2026-12-05-s34-zsum.patch (git am on main's 0bbbc27 or later).
+# no division per element; the exact path's masses from l - lmax without one either). The code:
+# bench/results/2026-12-05-s34-zsum.patch (git am on main's 0bbbc27 or later).
 #
 # Two runs (the carries together exceed the 64 MiB a run carries):
 #  1. carry build-carry/s34/c.tar.xz: new/ (the branch's test_gpu_sample, test_gpu_virtual_ranks,
