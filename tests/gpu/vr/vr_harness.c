@@ -11,7 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-cudaError_t vrPreloadSpin(void); /* vr_spin.cu */
+/* vr_spin.cu */
+cudaError_t vrPreloadKernels(void);
+cudaError_t vrLaunchRendezvous(unsigned* count, int* ok, unsigned n, unsigned long long timeout_ns,
+                               cudaStream_t stream);
 
 VrOptions g_vr = {.backends = 3, .scenarios = VR_SC_ALL, .timeout_ms = 2000};
 
@@ -60,6 +63,14 @@ int vrCheckAsync(VrGroup* g, int rank, const char* what) {
   fprintf(stderr, "%s rank %d: %s: asynchronous error %s: %s\n", g->desc, rank, what,
           dpsGetErrorString(a), dpsGetLastError());
   return vrCount(g, 0);
+}
+
+void vrReportTimes(const VrGroup* g, int rank, const char* what) {
+  const double* t = g->r[rank].t;
+  fprintf(stderr,
+          "%s rank %d: %s: host times (ms since the group's creation): barrier passed %.1f, "
+          "enqueued by %.1f, stream waited for until %.1f\n",
+          g->desc, rank, what, 1e3 * (t[0] - g->t0), 1e3 * (t[1] - g->t0), 1e3 * (t[2] - g->t0));
 }
 
 static size_t vrRound(size_t x) { return (x + 255) / 256 * 256; }
@@ -191,10 +202,17 @@ int vrEagerRound(VrGroup* g, int rank, int pad_bs, int step, const char* what) {
   void* out = NULL;
   int32_t *po = NULL, *aio = NULL, *alo = NULL;
   float* lpo = NULL;
+  VrRank* r = &g->r[rank];
   if (vrUpload(g, rank, 0, pad_bs, step) || vrBarrier(g)) return 1;
+  r->t[0] = vrNow();
   if (vrCall(g, rank, 0, pad_bs, &out, &po, &aio, &alo, &lpo)) return 1;
-  VR_CUDA(g, rank, cudaStreamSynchronize(g->r[rank].s));
-  if (vrCheckAsync(g, rank, what)) return 1;
+  r->t[1] = vrNow();
+  VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
+  r->t[2] = vrNow();
+  if (vrCheckAsync(g, rank, what)) {
+    vrReportTimes(g, rank, what);
+    return 1;
+  }
   if (vrCheckCall(g, rank, out, po, aio, alo, lpo, pad_bs, step, what)) return 1;
   return vrBarrier(g);
 }
@@ -358,6 +376,57 @@ static int vrGroupDestroy(VrGroup* g) {
   return rc;
 }
 
+/* Whether one kernel on each rank's stream runs at the same time as all the
+ * others (vrRendezvousKernel); -1 on a CUDA error (reported). */
+static int vrStreamsConcurrent(VrGroup* g, unsigned* d_word) {
+  const unsigned long long timeout_ns = 200ull * 1000 * 1000;
+  const unsigned init[2] = {0u, 1u};
+  int ok = 0;
+  cudaError_t e = cudaMemcpy(d_word, init, sizeof init, cudaMemcpyHostToDevice);
+  for (int q = 0; q < g->tp && e == cudaSuccess; ++q)
+    e = vrLaunchRendezvous(d_word, (int*)(d_word + 1), (unsigned)g->tp, timeout_ns, g->r[q].s);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaMemcpy(&ok, d_word + 1, sizeof ok, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    vrReportFail(g, -1, "the streams' rendezvous", "CUDA error", cudaGetErrorString(e));
+    return -1;
+  }
+  return ok;
+}
+
+/* The ranks' streams, one right after another (see vrGroupCreate), until
+ * they run at once: made again, a few times, where CUDA put two on one
+ * hardware queue, which the note line reports. */
+static int vrMakeStreams(VrGroup* g) {
+  enum { TRIES = 4 };
+  unsigned* d_word = NULL;
+  VR_CUDA(g, -1, cudaMalloc((void**)&d_word, 2 * sizeof(unsigned)));
+  int ok = 0;
+  for (int t = 0; t < TRIES && ok == 0; ++t) {
+    for (int q = 0; q < g->tp; ++q) {
+      if (g->r[q].s) cudaStreamDestroy(g->r[q].s);
+      g->r[q].s = NULL;
+    }
+    for (int q = 0; q < g->tp && ok >= 0; ++q) {
+      const cudaError_t e = cudaStreamCreateWithFlags(&g->r[q].s, cudaStreamNonBlocking);
+      if (e != cudaSuccess) {
+        vrReportFail(g, q, "cudaStreamCreateWithFlags", "CUDA error", cudaGetErrorString(e));
+        ok = -1;
+      }
+    }
+    if (ok == 0) ok = vrStreamsConcurrent(g, d_word);
+    if (ok == 0)
+      printf("  %s: note: the ranks' streams did not all run at once (two on one hardware "
+             "queue?); making them again\n",
+             g->desc);
+  }
+  cudaFree(d_word);
+  if (ok == 0)
+    fprintf(stderr, "%s: the ranks' streams did not run at once after %d tries\n", g->desc,
+            TRIES);
+  return ok == 1 ? 0 : 1;
+}
+
 static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int nsets,
                          int variant) {
   memset(g, 0, sizeof *g);
@@ -366,6 +435,7 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
   g->cfg = *cfg;
   g->nsets = nsets;
   g->timeout_ms = g_vr.timeout_ms;
+  g->t0 = vrNow();
   g->v_local = cfg->v_local > 0 ? cfg->v_local : VR_REAL_VOCAB / tp;
   g->vocab = (int64_t)tp * g->v_local;
   g->max_pad_bs = tp * cfg->mr;
@@ -391,9 +461,10 @@ static int vrGroupCreate(VrGroup* g, int tp, int backend, const VrCfg* cfg, int 
    * the head of the queue while B's kernel sits behind it in the same queue.
    * Created consecutively, the tp streams land on distinct queues. This is
    * head-of-line blocking between virtual ranks sharing one GPU, not a
-   * property of the protocol: real ranks are processes on separate GPUs. */
-  for (int q = 0; q < tp; ++q)
-    VR_CUDA(g, q, cudaStreamCreateWithFlags(&g->r[q].s, cudaStreamNonBlocking));
+   * property of the protocol: real ranks are processes on separate GPUs.
+   * vrMakeStreams checks that they run at once, and makes them again where
+   * they do not. */
+  if (vrMakeStreams(g)) return 1;
   const dpsResult_t vr = dpsVirtualGroupCreate(&g->vg, tp, VR_BARRIER_S);
   if (vr != dpsSuccess) {
     vrReportFail(g, -1, "dpsVirtualGroupCreate", dpsGetErrorString(vr), dpsGetLastError());
@@ -721,10 +792,10 @@ int vrStart(int argc, char** argv) {
   GT_CUDA(cudaGetDeviceProperties(&prop, VR_DEV));
   g_vr.sms = prop.multiProcessorCount;
   g_vr.major = prop.major;
-  /* The harness's own kernel; creation loads the library's (lazy module
-   * loading would load it at its first launch, possibly while the other
+  /* The harness's own kernels; creation loads the library's (lazy module
+   * loading would load them at their first launch, possibly while the other
    * ranks' kernels occupy the device). */
-  GT_CUDA(vrPreloadSpin());
+  GT_CUDA(vrPreloadKernels());
   printf("test_gpu_virtual_ranks: device %d %s (%d SMs, sm_%d%d), matrix %s%s, timeout %d ms, "
          "CUDA_DEVICE_MAX_CONNECTIONS=%s, PDL as configured (DPSAMPLING_PDL; off where the "
          "library's device code predates sm_90), LL128 %s\n",

@@ -89,6 +89,10 @@ typedef struct {
   dpsResult_t async;
   char async_msg[512];
   double stall_s;
+  /* eager calls (vrNow): the barrier before them passed, the last one
+   * enqueued, the stream waited for; vrReportTimes prints them when the
+   * calls fail (was a rank's host thread late?) */
+  double t[3];
   SelBufs sel; /* select scenario */
 } VrRank;
 
@@ -103,6 +107,7 @@ typedef struct VrGroup {
   VrRank r[VR_MAX_TP];
   cudaEvent_t join[VR_MAX_TP], fork; /* nccl graph: one capture over every rank's stream */
   long passed, failed;               /* checks */
+  double t0;                         /* vrNow at creation: VrRank.t's origin */
 } VrGroup;
 
 typedef int (*VrBody)(VrGroup* g, int rank, const void* arg);
@@ -148,6 +153,7 @@ void vrSleepMs(long ms);
 int vrBarrier(VrGroup* g); /* 1: the group was aborted (a rank failed) */
 void vrAbort(VrGroup* g);
 int vrCount(VrGroup* g, int ok); /* counts a check; 1 when it failed */
+void vrReportTimes(const VrGroup* g, int rank, const char* what); /* the rank's t[] */
 /* dpsCommGetAsyncError must report dpsSuccess (else counted as a failure). */
 int vrCheckAsync(VrGroup* g, int rank, const char* what);
 size_t vrOutBytes(const VrGroup* g, int pad_bs);

@@ -310,10 +310,16 @@ static int mixRun(VrGroup* g, int rank, void* p) {
   if (mixUpload(g, rank, c)) return vrCount(g, 0);
   /* the eager rounds: every operation enqueued, one wait at the end */
   if (vrBarrier(g)) return 1;
+  r->t[0] = vrNow();
   for (c->pass = 0; c->pass < MIX_ROUNDS; ++c->pass)
     if (mixEnqueue(g, rank, c)) return 1;
+  r->t[1] = vrNow();
   VR_CUDA(g, rank, cudaStreamSynchronize(r->s));
-  if (vrCheckAsync(g, rank, "mixed rounds")) return 1;
+  r->t[2] = vrNow();
+  if (vrCheckAsync(g, rank, "mixed rounds")) {
+    vrReportTimes(g, rank, "mixed rounds");
+    return 1;
+  }
   VR_CUDA(g, rank,
           cudaMemcpy(c->h_out, c->d_out, MIX_ROUNDS * c->pass_bytes, cudaMemcpyDeviceToHost));
   static const char* const kRound[MIX_ROUNDS] = {"round 0", "round 1 (reverse order)",
