@@ -33,6 +33,13 @@ __device__ __forceinline__ void writeToken(const dpsSampleArgs& a, long long row
   if (a.logprobs) a.logprobs[row] = (float)((double)val - lse);
 }
 
+/* Whether the row's first pass is the lean one (FirstVisit's LEAN): a race
+ * row (no top-k, no top-p; min-p may be on) without logprob whose race
+ * bound prunes. Its record counts no valid columns. */
+__device__ __forceinline__ bool leanRow(const dpsSampleArgs& a, const RowP& q) {
+  return q.T != 0.f && !(q.k > 0) && !(q.top_p < 1.f) && !a.want_logprob && Race::prunes(q.T);
+}
+
 /* ---- the decision from the merged first record (one warp) -------------------------- */
 /* Draws the row when the first record proves its kept set (writes the output
  * unless `bad`), else fills *st for the searches. Returns the path. */
@@ -56,7 +63,16 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
    * token is the argmax either way, the logprob NaN) */
   if (q.T == 0.f) return finish(h.aidx, h.lmax, PATH_GREEDY);
   if (h.lmax == INFINITY) return finish(h.aidx, h.lmax, PATH_FAST); /* logprob NaN */
-  const long long nA = h.cnt;
+  /* valid columns; a lean row's record has no count (only min-p reads it
+   * below): its valid candidates, one more when they fill the list (then
+   * maybe more exist, which the min-p test below takes as possible) */
+  long long nA = h.cnt;
+  if (leanRow(a, q)) {
+    const bool v0 = lane < a.cand && packedKey(sel[lane]) > KEY_NEG_INF;
+    const bool v1 = lane + 32 < a.cand && packedKey(sel[lane + 32]) > KEY_NEG_INF;
+    nA = __popc(__ballot_sync(0xffffffffu, v0)) + __popc(__ballot_sync(0xffffffffu, v1));
+    if (nA == a.cand) ++nA;
+  }
   const bool topk_on = q.k > 0 && q.k < nA, topp_on = q.top_p < 1.f, minp_on = q.min_p > 0.f;
   const float smax = dpsSampleScore(h.lmax, q.T);
   const bool topp = topp_on && smax < INFINITY; /* an infinite score skips top-p */
@@ -356,15 +372,15 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
   long long from, to;
   chunkRange(a.nvalid, a.chunks, chunk, &from, &to);
   float tmax;
-  /* race (no top-k, no top-p) and zs (top-p) never meet; a race row with
-   * temperature alone (no min-p, no logprob) and a bound that prunes takes
-   * the lean pass (FirstVisit); in the TILED kernel the candidates of rows
+  /* race (no top-k, no top-p) and zs (top-p) never meet; a race row
+   * without logprob whose bound prunes takes the lean pass (leanRow; a
+   * min-p row's candidates then follow it); in the TILED kernel the candidates of rows
    * without the race come from the tile maxima. Each kernel instantiates
    * only the passes its calls may run (the RACE kernel's calls have no
    * candidates and no logprob), and its own copy of them. */
   constexpr bool TILED = KERNEL == DPS_SAMPLE_FIRST_TILED;
   constexpr bool ONLY_RACE = KERNEL == DPS_SAMPLE_FIRST_RACE;
-  const bool lean = race && !minp_on && !a.want_logprob && Race::prunes(q.T);
+  const bool lean = race && leanRow(a, q);
   const bool tiled = TILED && cand && !race;
   const int sel =
       lean ? 8 : (race ? 4 : 0) | (a.want_logprob ? 2 : 0) | (zs ? 1 : 0) | (tiled ? 16 : 0);

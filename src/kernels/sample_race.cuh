@@ -408,10 +408,14 @@ __device__ __noinline__ RaceBest leanFlush(const uint32_t* q, int n, const char*
 
 /* The race over global [col0 + from, col0 + to) of a row whose 16-byte
  * vectors hold aligned groups ((rowp - 2 col0) 16-byte aligned); every
- * thread of the block calls, after race.init. */
-template <int DT, int RUNS, int CAP>
+ * thread of the block calls, after race.init. MAXV: also the largest
+ * element (NaN ignored) this thread loaded into *vmax (the threads' sets
+ * disjoint, together the range: min-p's bound and its candidates' first
+ * pass); a max per vector, which the temperature-only RACE kernel leaves out. */
+template <int DT, int RUNS, int CAP, bool MAXV>
 __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long long from,
-                                          long long to, Race& race, uint32_t* lq) {
+                                          long long to, Race& race, uint32_t* lq, float* vmax) {
+  float mx = -INFINITY;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const long long g0 = col0 + from, g1 = col0 + to;
   const long long ga = (g0 + 7) >> 3, gb = g1 >> 3; /* whole groups: [ga, gb) */
@@ -422,6 +426,7 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
     if (lane < 8 && g0 + lane < hend) gi = g0 + lane;
     if (lane >= 8 && lane < 16 && tbeg + lane - 8 < g1) gi = tbeg + lane - 8;
     const float v[1] = {gi >= 0 ? loadValue(rowp, gi - col0, DT) : -INFINITY};
+    if (MAXV) mx = fmaxf(mx, v[0]);
     race.visit<1>((uint32_t)(gi >= 0 ? gi : 0), v);
     race.finish(); /* the race's queue is free (the other kernels' lean queue) */
   }
@@ -477,7 +482,9 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
     for (int u = 0; u < RUNS; ++u)
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        pass[u][k] = raceGap(w[u][k]) < fastExp2Ftz(fmaf(leanMax8<DT>(v[u][k]), race.A, race.B));
+        const float m8 = leanMax8<DT>(v[u][k]);
+        if (MAXV) mx = fmaxf(mx, m8);
+        pass[u][k] = raceGap(w[u][k]) < fastExp2Ftz(fmaf(m8, race.A, race.B));
         any = any || pass[u][k];
       }
     if (__any_sync(0xffffffffu, any)) { /* rare: queue the passing groups */
@@ -499,13 +506,14 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
                               race.best);
     if (lane == 0) atomicMax(raceBlockBest(), orderKey(race.best.k));
   }
+  if (MAXV) *vmax = mx;
 }
 
 /* ---- the first pass -------------------------------------------------------------- */
-/* LEAN (a race row with temperature alone whose bound prunes): the race's
+/* LEAN (leanRow: a race row without logprob whose bound prunes): the race's
  * group test (Race::visitPruned) and no count of the valid columns (the
  * count then says only whether the thread saw one: such a row's draw needs
- * no more). TILES: the tile maxima of a row whose candidates are collected
+ * no more; a min-p row's draw counts its candidates instead, decide()). TILES: the tile maxima of a row whose candidates are collected
  * from them (a template parameter: in the race's instances its state
  * spilled the loop). */
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
@@ -550,13 +558,19 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     if (dtype != 0 && aligned) {
       Race race;
       race.init(q.T, q.seed, q.offset);
+      /* the RACE kernel's rows are temperature-only; the others' may have
+       * min-p, which needs the row's maximum */
+      constexpr bool MAXV = KERNEL != DPS_SAMPLE_FIRST_RACE;
+      float vmax = -INFINITY;
       if constexpr (KERNEL == DPS_SAMPLE_FIRST_RACE) {
-        if (dtype == 1) leanRange<1, LEAN_RUNS, LEAN_QUEUE>(rowp, col0, from, to, race, leanQueue());
-        else leanRange<2, LEAN_RUNS, LEAN_QUEUE>(rowp, col0, from, to, race, leanQueue());
+        if (dtype == 1)
+          leanRange<1, LEAN_RUNS, LEAN_QUEUE, false>(rowp, col0, from, to, race, leanQueue(), &vmax);
+        else
+          leanRange<2, LEAN_RUNS, LEAN_QUEUE, false>(rowp, col0, from, to, race, leanQueue(), &vmax);
       } else {
         uint32_t* q = reinterpret_cast<uint32_t*>(raceQueues() + (threadIdx.x >> 5));
-        if (dtype == 1) leanRange<1, 1, 128>(rowp, col0, from, to, race, q);
-        else leanRange<2, 1, 128>(rowp, col0, from, to, race, q);
+        if (dtype == 1) leanRange<1, 1, 128, true>(rowp, col0, from, to, race, q, &vmax);
+        else leanRange<2, 1, 128, true>(rowp, col0, from, to, race, q, &vmax);
       }
       race.finish();
       Hdr h;
@@ -564,15 +578,15 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
       h.rkey = race.best.k;
       h.ridx = race.best.i;
       h.rval = race.best.v;
-      /* the race's winner stands for the argmax: a +inf logit wins its
-       * race (the lowest such index), and a temperature-only row's draw
-       * reads nothing else */
+      /* the race's winner stands for the argmax's index: a +inf logit wins
+       * its race (the lowest such index), and no lean row's draw reads the
+       * index otherwise; the maximum is the winner's value unless MAXV */
       if (race.best.i != NO_INDEX) {
-        h.lmax = race.best.v;
+        h.lmax = MAXV ? vmax : race.best.v;
         h.aidx = race.best.i;
         h.cnt = 1u;
       }
-      *tmax = h.lmax;
+      *tmax = MAXV ? vmax : h.lmax;
       blockHdrReduce<false, false>(h, out);
       return;
     }
