@@ -14,9 +14,10 @@
  *  (b) a row alone (rows = 1), in a sub-batch and at another position of a
  *      permuted batch: the same token and the same logprob bits;
  *  (c) chi-square exactness (spec section 2): for every filter alone and
- *      combined (top-k 5, 50, 400 on a plateau, top-p, min-p, a flat row
- *      with top-p 0.99 whose nucleus is 1990 of 2010 tokens, an exact
- *      top-p boundary), N draws of one row (one call: many copies of the
+ *      combined (top-k 5, 50, 400 on a plateau, top-p, min-p, min-p
+ *      keeping more than the candidates (fp32, and bf16 for the lean
+ *      pass's vector loop), a flat row with top-p 0.99 whose nucleus is
+ *      1990 of 2010 tokens, an exact top-p boundary), N draws of one row (one call: many copies of the
  *      row with distinct offsets) against fxRefSampleDist's float64
  *      probabilities: pooled chi-square and z-tests of every p >= 1 %
  *      (stats.h, as test_sample_ref), N so that a 1 % relative error in
@@ -467,6 +468,7 @@ typedef struct {
   float top_p, min_p;
   int boundary; /* 1: an exact top-p boundary on purpose (equal terms: exact in any arithmetic) */
   int bug;      /* FX_SAMPLE_BUG_*: the negative control run on this case's draws */
+  int bf16;     /* the row rounded to bf16 and passed as bf16 (the lean pass's vector loop) */
 } ChiCase;
 
 static void chiRow(int which, float* row, int64_t V) {
@@ -563,31 +565,37 @@ static int testOverflowTie(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s)
   return 0;
 }
 
-static int testChi(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s, double* seconds) {
+/* The cases of one dtype (a communicator's logits dtype is fixed): bf16
+ * (the rows rounded to bf16) or fp32. */
+static int testChi(dpsComm_t comm, int bf16, int64_t V, int64_t R, cudaStream_t s,
+                   double* seconds) {
   const double t_all = nowS();
   const ChiCase cases[] = {
-      {"zipf T=0.8", ROW_ZIPF, 0, 0.8f, 0, 1.0f, 0.0f, 0, 0},
-      {"zipf top-k 5", ROW_ZIPF, 0, 1.0f, 5, 1.0f, 0.0f, 0, FX_SAMPLE_BUG_TOPK_PLUS1},
-      {"zipf T=1.2 top-k 50", ROW_ZIPF, 0, 1.2f, 50, 1.0f, 0.0f, 0, 0},
-      {"plateau top-k 400", ROW_PLATEAU, 0, 1.0f, 400, 1.0f, 0.0f, 0, 0},
-      {"zipf top-p 0.5", ROW_ZIPF, 0, 1.0f, 0, 0.5f, 0.0f, 0, 0},
-      {"zipf T=0.7 top-p 0.9", ROW_ZIPF, 0, 0.7f, 0, 0.9f, 0.0f, 0, 0},
-      {"zipf min-p 0.05", ROW_ZIPF, 0, 1.0f, 0, 1.0f, 0.05f, 0, 0},
-      {"zipf T=1.5 min-p 0.2", ROW_ZIPF, 0, 1.5f, 0, 1.0f, 0.2f, 0, 0},
-      {"zipf T=0.9 k20 p0.9 minp0.02", ROW_ZIPF, 0, 0.9f, 20, 0.9f, 0.02f, 0, 0},
-      {"plateau T=1.1 k400 p0.95 minp0.01", ROW_PLATEAU, 0, 1.1f, 400, 0.95f, 0.01f, 0, 0},
-      {"flat top-p 0.99 limit 2010", ROW_FLAT0, 2010, 1.0f, 0, 0.99f, 0.0f, 0, 0},
+      {"zipf T=0.8", ROW_ZIPF, 0, 0.8f, 0, 1.0f, 0.0f, 0, 0, 0},
+      {"zipf top-k 5", ROW_ZIPF, 0, 1.0f, 5, 1.0f, 0.0f, 0, FX_SAMPLE_BUG_TOPK_PLUS1, 0},
+      {"zipf T=1.2 top-k 50", ROW_ZIPF, 0, 1.2f, 50, 1.0f, 0.0f, 0, 0, 0},
+      {"plateau top-k 400", ROW_PLATEAU, 0, 1.0f, 400, 1.0f, 0.0f, 0, 0, 0},
+      {"zipf top-p 0.5", ROW_ZIPF, 0, 1.0f, 0, 0.5f, 0.0f, 0, 0, 0},
+      {"zipf T=0.7 top-p 0.9", ROW_ZIPF, 0, 0.7f, 0, 0.9f, 0.0f, 0, 0, 0},
+      {"zipf min-p 0.05", ROW_ZIPF, 0, 1.0f, 0, 1.0f, 0.05f, 0, 0, 0},
+      {"zipf T=1.5 min-p 0.2", ROW_ZIPF, 0, 1.5f, 0, 1.0f, 0.2f, 0, 0, 0},
+      /* min-p keeps ~370 plateau tokens, beyond the candidates, ~6 % of the
+       * mass outside: the race's winner is kept, or the exact path draws */
+      {"plateau min-p 0.1 (|K| > candidates)", ROW_PLATEAU, 0, 1.0f, 0, 1.0f, 0.1f, 0, 0, 0},
+      {"plateau min-p 0.1 bf16", ROW_PLATEAU, 0, 1.0f, 0, 1.0f, 0.1f, 0, 0, 1},
+      {"zipf T=0.9 k20 p0.9 minp0.02", ROW_ZIPF, 0, 0.9f, 20, 0.9f, 0.02f, 0, 0, 0},
+      {"plateau T=1.1 k400 p0.95 minp0.01", ROW_PLATEAU, 0, 1.1f, 400, 0.95f, 0.01f, 0, 0, 0},
+      {"flat top-p 0.99 limit 2010", ROW_FLAT0, 2010, 1.0f, 0, 0.99f, 0.0f, 0, 0, 0},
       {"flat top-p 0.125 limit 64 (exact boundary)", ROW_FLAT0, 64, 1.0f, 0, 0.125f, 0.0f, 1,
-       FX_SAMPLE_BUG_TOPP_LE},
+       FX_SAMPLE_BUG_TOPP_LE, 0},
   };
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
   const double cap = 6e7; /* draws per case at most */
   enum { CALLS = 16 };    /* calls per download */
-  const size_t es = 4;
   void* d_logits = NULL;
   uint64_t* d_off = NULL;
   int64_t* d_tok = NULL;
-  GT_CUDA(cudaMalloc(&d_logits, (size_t)R * (size_t)V * es));
+  GT_CUDA(cudaMalloc(&d_logits, (size_t)R * (size_t)V * 4));
   GT_CUDA(cudaMalloc((void**)&d_off, (size_t)R * CALLS * 8));
   GT_CUDA(cudaMalloc((void**)&d_tok, (size_t)R * CALLS * 8));
   uint64_t* h_off = NULL;
@@ -603,18 +611,30 @@ static int testChi(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s, double*
   int cur_row = -1;
   for (int c = 0; c < ncases; ++c) {
     const ChiCase* k = &cases[c];
+    if (k->bf16 != bf16) continue;
     fxSampleParams p = fxSampleParamsDefault(V);
     p.temperature = k->T, p.top_k = (int)k->top_k, p.top_p = k->top_p, p.min_p = k->min_p;
     p.vocab_limit = k->limit > 0 ? k->limit : V;
-    if (cur_row != k->row) { /* R copies of the row: one upload, then doubling copies */
+    const size_t es = k->bf16 ? 2 : 4;
+    const dpsDataType_t dt = k->bf16 ? dpsBfloat16 : dpsFloat32;
+    if (cur_row != 2 * k->row + k->bf16) { /* R copies: one upload, then doubling copies */
       chiRow(k->row, row, V);
-      GT_CUDA(cudaMemcpy(d_logits, row, (size_t)V * es, cudaMemcpyHostToDevice));
+      if (k->bf16) { /* the reference sees the rounded values */
+        uint16_t* h16 = (uint16_t*)scratch;
+        for (int64_t i = 0; i < V; ++i) {
+          h16[i] = fxFloatToBf16(row[i]);
+          row[i] = fxBf16ToFloat(h16[i]);
+        }
+        GT_CUDA(cudaMemcpy(d_logits, h16, (size_t)V * es, cudaMemcpyHostToDevice));
+      } else {
+        GT_CUDA(cudaMemcpy(d_logits, row, (size_t)V * es, cudaMemcpyHostToDevice));
+      }
       for (int64_t have = 1; have < R; have *= 2) {
         const int64_t n = have < R - have ? have : R - have;
         GT_CUDA(cudaMemcpy((char*)d_logits + (size_t)have * V * es, d_logits, (size_t)n * V * es,
                            cudaMemcpyDeviceToDevice));
       }
-      cur_row = k->row;
+      cur_row = 2 * k->row + k->bf16;
     }
     FX_CHECK(k->boundary || smpTopPClear(row, V, &p, scratch),
              "%s: a top-p boundary within %g of top_p (change the case)", k->name,
@@ -642,7 +662,7 @@ static int testChi(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s, double*
       for (int64_t c0 = 0; c0 < chunk; c0 += R) {
         const int64_t rows = chunk - c0 < R ? chunk - c0 : R;
         sp.offsets = d_off + c0;
-        FX_CHECK_OK(dpsSample(comm, d_logits, rows, V, dpsFloat32, p.vocab_limit, &sp,
+        FX_CHECK_OK(dpsSample(comm, d_logits, rows, V, dt, p.vocab_limit, &sp,
                               d_tok + c0, NULL, s));
       }
       GT_CUDA(cudaMemcpyAsync(h_tok, d_tok, (size_t)chunk * 8, cudaMemcpyDeviceToHost, s));
@@ -759,8 +779,14 @@ static int body(dpsBackend_t backend) {
   dpsComm_t comm;
   const int rc = gtCreate(&comm, &cfg);
   if (rc) return rc;
-  double chi_s = 0;
-  if (testChi(comm, Vc, Rc, s, &chi_s)) return 1;
+  double chi_s = 0, chi16_s = 0;
+  if (testChi(comm, 0, Vc, Rc, s, &chi_s)) return 1;
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  cfg = gtConfig(0, 1, (int)Rc, 1, Vc, dpsBfloat16, backend);
+  const int rc16 = gtCreate(&comm, &cfg);
+  if (rc16) return rc16;
+  if (testChi(comm, 1, Vc, Rc, s, &chi16_s)) return 1;
+  chi_s += chi16_s;
   FX_CHECK_OK(dpsCommDestroy(comm));
   GT_CUDA(cudaStreamDestroy(s));
   printf("  %s: passed (mixed rows, positions, graph, arguments, paths %.1f s; chi-square %.1f "
