@@ -40,6 +40,15 @@ __device__ __forceinline__ bool leanRow(const dpsSampleArgs& a, const RowP& q) {
   return q.T != 0.f && !(q.k > 0) && !(q.top_p < 1.f) && !a.want_logprob && Race::prunes(q.T);
 }
 
+/* Whether the row needs no more than its record's race winner under min-p
+ * (the winner kept, the row all +inf-led or without a valid column): the
+ * same test as decide()'s (minpKey's order is min-p's, monotone in the
+ * logit). Every thread of the block computes it alike. */
+__device__ __forceinline__ bool minpKeepsWinner(const Hdr& h, const RowP& q) {
+  if (h.ridx == NO_INDEX || h.lmax == INFINITY) return true;
+  return dpsSampleMinPKeep(h.rval, h.lmax, q.T, dpsLogDet((double)q.min_p));
+}
+
 /* ---- the decision from the merged first record (one warp) -------------------------- */
 /* Draws the row when the first record proves its kept set (writes the output
  * unless `bad`), else fills *st for the searches. Returns the path. */
@@ -109,6 +118,11 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     if (h.ridx != NO_INDEX) return finish(h.ridx, h.rval, PATH_FAST);
     return exact(MODE_RACE);
   }
+  /* min-p alone: the race winner over every valid column, when min-p keeps
+   * it, is the kept set's (the first pass may then have collected no
+   * candidates: minpKeepsWinner) */
+  if (!topk_on && !topp_on && h.ridx != NO_INDEX && orderKey(h.rval) >= s.mpkey)
+    return finish(h.ridx, h.rval, PATH_FAST);
   /* the candidates: the row's best min(cand, nA), best first */
   const int ncand = (int)(nA < a.cand ? nA : a.cand);
   uint32_t ck[2], ci[2];
@@ -408,7 +422,11 @@ __device__ __forceinline__ void firstItem(const dpsSampleArgs& a, long long item
     }
   }
 #undef DPS_FIRST_VISIT
-  if (!ONLY_RACE && cand) {
+  /* tp == 1, a block per row: a lean min-p row whose race winner min-p
+   * keeps is drawn from it (decide), so its candidates are not collected */
+  const bool collect = cand && !(lean && minp_on && a.tp == 1 && a.chunks == 1 &&
+                                 minpKeepsWinner(s_hdr, q));
+  if (!ONLY_RACE && collect) {
     topkRangeFromMax(CAND, a.dtype, a.col0, rowp, from, to, tmax, s_sel, tiled, xf);
   } else {
     for (int j = threadIdx.x; j < CAND; j += blockDim.x) s_sel[j] = 0ull;
