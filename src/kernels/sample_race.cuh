@@ -578,11 +578,21 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
       h.rkey = race.best.k;
       h.ridx = race.best.i;
       h.rval = race.best.v;
-      /* the race's winner stands for the argmax's index: a +inf logit wins
-       * its race (the lowest such index), and no lean row's draw reads the
-       * index otherwise; the maximum is the winner's value unless MAXV */
-      if (race.best.i != NO_INDEX) {
-        h.lmax = MAXV ? vmax : race.best.v;
+      /* race.best is the warp's. Its winner stands for the argmax's index:
+       * a +inf logit wins its warp's race (the lowest such index), and no
+       * lean row's draw reads the index otherwise. MAXV: each thread's own
+       * maximum, also where its warp has no winner (every group pruned
+       * against the others' bound), with a stand-in index that the merge
+       * keeps (a thread holding +inf has its warp's winner); else the
+       * winner's value stands for the maximum too. */
+      if (MAXV) {
+        if (vmax > -INFINITY) {
+          h.lmax = vmax;
+          h.aidx = race.best.i != NO_INDEX ? race.best.i : NO_INDEX - 1u;
+          h.cnt = 1u;
+        }
+      } else if (race.best.i != NO_INDEX) {
+        h.lmax = race.best.v;
         h.aidx = race.best.i;
         h.cnt = 1u;
       }
