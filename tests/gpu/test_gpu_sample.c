@@ -35,7 +35,10 @@
  *      5000 rows exact;
  *  (g) negative controls: the chi-square of (c) against the distribution
  *      of a reference with a planted bug (top-k keeping k + 1, top-p with
- *      <=) must reject the GPU's draws.
+ *      <=) must reject the GPU's draws;
+ *  (h) min-p's bound from the row's maximum where the lean pass prunes
+ *      the warp that holds it: bf16 rows whose one kept index is alone in
+ *      its warp's runs, every draw that index (testMinpIsolatedMax).
  * DPS_SAMPLE_CHI2_SCALE scales the draws of (c) (as in test_sample_ref);
  * DPS_TEST_SMALL=1 runs small shapes only (compute-sanitizer).
  * Usage: test_gpu_sample [nccl|onesided|all] */
@@ -565,6 +568,63 @@ static int testOverflowTie(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s)
   return 0;
 }
 
+/* min-p's bound is the row's largest logit, wherever the race prunes. bf16
+ * rows of V = 32768: 0, but -inf on [15360, 16384) and [31744, 32768) and
+ * 1.0 at 32000. T = 1, min_p = 0.5: exp(-1) < 0.5, so min-p keeps 32000
+ * alone and every draw is 32000. The lean pass reads runs of 1024 columns,
+ * a warp of 16 its runs w and w + 16: warp 15 holds the one value, whose
+ * race key the zeros' bound (about ln of their count) usually prunes by
+ * then, so that warp has no race winner but the row's maximum. 32 and 96
+ * rows, 8 calls each with other offsets; its own communicator. */
+static int testMinpIsolatedMax(dpsBackend_t backend, cudaStream_t s) {
+  enum { CALLS = 8 };
+  const int64_t V = 32768, top = 32000, Rs[2] = {32, 96}, R = 96;
+  dpsConfig_t cfg = gtConfig(0, 1, (int)R, 1, V, dpsBfloat16, backend);
+  dpsComm_t comm;
+  const int rc = gtCreate(&comm, &cfg);
+  if (rc) return rc;
+  uint16_t* x = (uint16_t*)malloc((size_t)R * (size_t)V * 2);
+  uint64_t* off = (uint64_t*)malloc((size_t)R * 8);
+  int64_t* tok = (int64_t*)malloc((size_t)R * 8);
+  FX_CHECK(x && off && tok, "host alloc");
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < V; ++i) {
+      const int hole = (i >= 15360 && i < 16384) || i >= 31744;
+      x[r * V + i] = fxFloatToBf16(i == top ? 1.0f : hole ? -INFINITY : 0.0f);
+    }
+  void* d_x;
+  uint64_t* d_off;
+  int64_t* d_tok;
+  GT_CUDA(cudaMalloc(&d_x, (size_t)R * (size_t)V * 2));
+  GT_CUDA(cudaMalloc((void**)&d_off, (size_t)R * 8));
+  GT_CUDA(cudaMalloc((void**)&d_tok, (size_t)R * 8));
+  GT_CUDA(cudaMemcpy(d_x, x, (size_t)R * (size_t)V * 2, cudaMemcpyHostToDevice));
+  dpsSampleParams_t p = DPS_SAMPLE_PARAMS_INITIALIZER;
+  p.temperature = 1.0f;
+  p.min_p = 0.5f;
+  p.seed = 0x150dull;
+  p.offsets = d_off;
+  int64_t wrong = 0, draws = 0;
+  for (int k = 0; k < 2; ++k)
+    for (int c = 0; c < CALLS; ++c) {
+      for (int64_t r = 0; r < Rs[k]; ++r) off[r] = ((uint64_t)(k * CALLS + c) << 20) + (uint64_t)r;
+      GT_CUDA(cudaMemcpy(d_off, off, (size_t)Rs[k] * 8, cudaMemcpyHostToDevice));
+      FX_CHECK_OK(dpsSample(comm, d_x, Rs[k], V, dpsBfloat16, V, &p, d_tok, NULL, s));
+      GT_CUDA(cudaStreamSynchronize(s));
+      GT_CUDA(cudaMemcpy(tok, d_tok, (size_t)Rs[k] * 8, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < Rs[k]; ++r) wrong += tok[r] != top;
+      draws += Rs[k];
+    }
+  FX_CHECK(wrong == 0, "min-p with an isolated maximum: %lld of %lld draws not %lld (the only "
+           "index min-p keeps)\n", (long long)wrong, (long long)draws, (long long)top);
+  cudaFree(d_x), cudaFree(d_off), cudaFree(d_tok);
+  free(x), free(off), free(tok);
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  printf("    min-p with an isolated maximum (bf16): every draw the kept index, %lld draws\n",
+         (long long)draws);
+  return 0;
+}
+
 /* The cases of one dtype (a communicator's logits dtype is fixed): bf16
  * (the rows rounded to bf16) or fp32. */
 static int testChi(dpsComm_t comm, int bf16, int64_t V, int64_t R, cudaStream_t s,
@@ -788,6 +848,7 @@ static int body(dpsBackend_t backend) {
   if (testChi(comm, 1, Vc, Rc, s, &chi16_s)) return 1;
   chi_s += chi16_s;
   FX_CHECK_OK(dpsCommDestroy(comm));
+  if (testMinpIsolatedMax(backend, s)) return 1;
   GT_CUDA(cudaStreamDestroy(s));
   printf("  %s: passed (mixed rows, positions, graph, arguments, paths %.1f s; chi-square %.1f "
          "s)\n",
