@@ -521,6 +521,7 @@ struct FirstVisit {
   long long col0;
   float T;
   Hdr h;
+  dpsZAcc zraw, zs; /* h.zraw and h.zs as they accumulate */
   Race race;
   TileRec tiles;
   template <int CN>
@@ -536,12 +537,23 @@ struct FirstVisit {
       const bool better = x > h.lmax; /* a thread's indices increase: ties keep the lower */
       h.aidx = better ? g0 + (uint32_t)t : h.aidx;
       h.lmax = better ? x : h.lmax;
-      if (!ZRAW && !ZS) continue;
-      if (ZRAW && valid && x < INFINITY) zAdd(h.zraw, __fmul_rn(x, LOG2E_16));
-      if (ZS && valid) {
-        const float y16 = __fmul_rn(dpsSampleScore(x, T), LOG2E_16);
-        if (y16 > -INFINITY && y16 < INFINITY) zAdd(h.zs, y16);
+    }
+    /* the fixed-point sums a vector at a time (-inf: no part) */
+    if (ZRAW) {
+      float y[CN];
+#pragma unroll
+      for (int t = 0; t < CN; ++t)
+        y[t] = v[t] > -INFINITY && v[t] < INFINITY ? __fmul_rn(v[t], LOG2E_16) : -INFINITY;
+      dpsZAccAdd(&zraw, y, CN);
+    }
+    if (ZS) {
+      float y[CN];
+#pragma unroll
+      for (int t = 0; t < CN; ++t) {
+        const float y16 = v[t] > -INFINITY ? __fmul_rn(dpsSampleScore(v[t], T), LOG2E_16) : -INFINITY;
+        y[t] = y16 < INFINITY ? y16 : -INFINITY;
       }
+      dpsZAccAdd(&zs, y, CN);
     }
     if (RACE) {
       if (LEAN) race.visitPruned<CN>(g0, v);
@@ -606,6 +618,8 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   f.T = q.T;
   if (TILES) f.tiles.init(rowp, dtype, from, to);
   hdrInit(f.h);
+  dpsZAccInit(&f.zraw);
+  dpsZAccInit(&f.zs);
   if (RACE) {
     f.race.init(q.T, q.seed, q.offset);
     f.race.seedBound(rowp, dtype, col0, from, to, xf);
@@ -621,6 +635,8 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
     f.h.rval = f.race.best.v;
   }
   if (LEAN) f.h.cnt = f.h.aidx != NO_INDEX ? 1u : 0u;
+  if (ZRAW) f.h.zraw = zOfAcc(f.zraw);
+  if (ZS) f.h.zs = zOfAcc(f.zs);
   *tmax = f.h.lmax; /* the thread's maximum (NaN ignored): the top-k threshold's first pass */
   blockHdrReduce<ZRAW, ZS>(f.h, out);
 }

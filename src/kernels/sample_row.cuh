@@ -1,9 +1,9 @@
 /* dpsSample's device pieces that every pass uses (kernels/sample.cu is the
  * only includer; the design and the masses: its head comment and
  * docs/sampling.md): the constants, a row's parameters and logit
- * transform, the fixed-point sums of exp over absolute buckets (Zb) and the
- * first pass's record (Hdr), with its packing, shuffles and block
- * reduction. */
+ * transform, the fixed-point sums of exp over absolute buckets (Zb; the
+ * first pass accumulates them with sample_zsum.h) and the first pass's
+ * record (Hdr), with its packing, shuffles and block reduction. */
 #ifndef DPS_SAMPLE_ROW_CUH_
 #define DPS_SAMPLE_ROW_CUH_
 
@@ -14,6 +14,7 @@
 
 #include "kernels/device.cuh"
 #include "kernels/sample_kernels.h"
+#include "kernels/sample_zsum.h"
 #include "kernels/shard_reduce.cuh"
 #include "kernels/verify_walk.cuh"
 #include "sample_rng.h"
@@ -159,39 +160,18 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
   a = r;
 }
 
-/* The buckets moved up to a new top bucket bi > z.b. Out of line: a
- * thread's top bucket rises a few times per row, and inlined, the moves
- * were if-converted into selects that every element executed. */
-__device__ __noinline__ Zb zRaise(Zb z, long long bi) {
-  const long long d = z.b == ZB_NONE ? 4 : bi - z.b;
-  if (d >= 4) {
-    z.s0 = z.s1 = z.s2 = z.s3 = 0ull;
-  } else if (d == 1) {
-    z.s3 = z.s2; z.s2 = z.s1; z.s1 = z.s0; z.s0 = 0ull;
-  } else if (d == 2) {
-    z.s3 = z.s1; z.s2 = z.s0; z.s1 = 0ull; z.s0 = 0ull;
-  } else {
-    z.s3 = z.s0; z.s2 = z.s1 = z.s0 = 0ull;
-  }
-  z.b = bi;
+/* The sums of an accumulator (kernels/sample_zsum.h: the first pass adds
+ * its elements there, a vector at a time). */
+__device__ __forceinline__ Zb zOfAcc(const dpsZAcc& a) {
+  static_assert(ZB_NONE == DPS_ZACC_NONE, "the empty sum");
+  Zb z;
+  uint64_t s[4];
+  dpsZAccSums(&a, &z.b, s);
+  z.s0 = s[0];
+  z.s1 = s[1];
+  z.s2 = s[2];
+  z.s3 = s[3];
   return z;
-}
-
-/* Adds 2^y as 2^(y - 16b) * 2^24 to bucket b = floor(y / 16); y16 = y / 16
- * (finite: the score times log2(e) / 16, which cannot overflow). */
-__device__ __forceinline__ void zAdd(Zb& z, float y16) {
-  const float fb = floorf(y16);
-  const float fbc = fminf(fmaxf(fb, -1099511627776.f), 1099511627776.f); /* |b| <= 2^40 */
-  const long long bi = (long long)fbc;
-  const float f = fminf(fmaxf(__fmul_rn(__fsub_rn(y16, fbc), 16.f), 0.f), 15.9999f);
-  /* f in [0, 16): ex2's result is normal, the ftz form (one instruction) the same */
-  const u64 t = __float2ull_rz(__fmul_rn(fastExp2Ftz(f), 16777216.f));
-  if (bi > z.b) z = zRaise(z, bi);
-  const long long d = z.b - bi;
-  z.s0 += d == 0 ? t : 0ull;
-  z.s1 += d == 1 ? t : 0ull;
-  z.s2 += d == 2 ? t : 0ull;
-  z.s3 += d == 3 ? t : 0ull;
 }
 
 /* The sum in units of 2^(16 b - 24) (the buckets below b - 3 are dropped:

@@ -1,0 +1,158 @@
+/* The first pass's fixed-point sums of 2^y over absolute buckets (Zb in
+ * kernels/sample_row.cuh), accumulated a vector at a time. One definition for
+ * the device (CUDA) and the host (C11): tests/cpu/test_zsum.c checks the
+ * accumulation against the definition on the CPU.
+ *
+ * THE DEFINITION. An element with y = score * log2(e) / 16 (finite) lies in
+ * bucket b = clamp(floor(y), -2^40, 2^40) and weighs
+ *   t = trunc(2^f * 2^24),  f = clamp((y - b) * 16, 0, 15.9999)
+ * (2^f by ex2.approx on the device). A sum holds its highest bucket B and
+ * the sums of the terms of buckets B, B-1, B-2 and B-3; lower buckets weigh
+ * below 2^-48 of the largest term and are dropped. The integers do not
+ * depend on the order of the elements or on how they are split.
+ *
+ * WHY A VECTOR AT A TIME. Element by element, the bucket came from floorf and
+ * a 64-bit conversion, was compared with and subtracted from the 64-bit top
+ * bucket, the term went through four 64-bit selects, and the raise of the top
+ * bucket sat behind a branch in every element: about 100 instructions an
+ * element in the first pass (sm_90 SASS). Here the vector's largest y raises
+ * the top bucket once, before its elements are added; then an element's
+ * bucket is B - k for the first k with y >= B - k (float compares, exact
+ * while |B| <= 2^22), and the sums are kept cumulative (a_k: the terms of
+ * buckets B .. B-k), so that an element adds its term under its own compares
+ * alone. Outside that range (|B| > 2^22: scores beyond about 4.6e7) the
+ * elements go one by one, as before. */
+#ifndef DPS_SAMPLE_ZSUM_H_
+#define DPS_SAMPLE_ZSUM_H_
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define DPS_ZS_FN static __host__ __device__ __forceinline__
+#define DPS_ZS_COLD static __host__ __device__ __noinline__ /* rare: out of the loop */
+#else
+#define DPS_ZS_FN static inline
+#define DPS_ZS_COLD static
+#endif
+
+#define DPS_ZACC_NONE LLONG_MIN           /* the empty sum's bucket (Zb's ZB_NONE) */
+#define DPS_ZACC_FAST 4194304.0f          /* 2^22: B - 3 .. B + 1 are exact floats */
+#define DPS_ZACC_CLAMP 1099511627776.0f   /* 2^40: the bucket's clamp */
+
+typedef struct {
+  long long b;             /* the highest bucket; DPS_ZACC_NONE: empty */
+  float fb;                /* b as a float while |b| <= 2^22; -inf: empty; NaN: beyond */
+  uint64_t a0, a1, a2, a3; /* a_k: the sum of the terms of buckets b .. b - k */
+} dpsZAcc;
+
+#if defined(__CUDA_ARCH__)
+DPS_ZS_FN float dpsZsSub(float a, float b) { return __fsub_rn(a, b); }
+DPS_ZS_FN float dpsZsMul(float a, float b) { return __fmul_rn(a, b); }
+DPS_ZS_FN float dpsZsExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#else
+DPS_ZS_FN float dpsZsSub(float a, float b) { return a - b; }
+DPS_ZS_FN float dpsZsMul(float a, float b) { return a * b; }
+/* the host's stand-in for ex2.approx: the host checks the accumulation (the
+ * buckets, the sums), which takes any function of f alike */
+DPS_ZS_FN float dpsZsExp2(float x) { return exp2f(x); }
+#endif
+
+DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {
+  z->b = DPS_ZACC_NONE;
+  z->fb = -INFINITY;
+  z->a0 = z->a1 = z->a2 = z->a3 = 0u;
+}
+
+/* The term of y in bucket fbc (an integral float): f in [0, 16), so 2^f is
+ * normal (the ftz form gives the same) and t below 2^40. */
+DPS_ZS_FN uint64_t dpsZAccTerm(float y, float fbc) {
+  const float f = fminf(fmaxf(dpsZsMul(dpsZsSub(y, fbc), 16.f), 0.f), 15.9999f);
+  return (uint64_t)dpsZsMul(dpsZsExp2(f), 16777216.f);
+}
+
+/* The bucket of a finite y. */
+DPS_ZS_FN float dpsZAccBucket(float y) {
+  return fminf(fmaxf(floorf(y), -DPS_ZACC_CLAMP), DPS_ZACC_CLAMP);
+}
+
+/* z with its top bucket raised to bn (> z.b, or z empty): each cumulative sum
+ * moves down by d = bn - b buckets (a_k = the old a_{k-d}), nothing of it
+ * stays from d = 4 on. */
+DPS_ZS_COLD dpsZAcc dpsZAccRaised(dpsZAcc z, long long bn) {
+  const long long d = z.b == DPS_ZACC_NONE ? 4 : bn - z.b;
+  if (d >= 4) {
+    z.a0 = z.a1 = z.a2 = z.a3 = 0u;
+  } else if (d == 3) {
+    z.a3 = z.a0;
+    z.a0 = z.a1 = z.a2 = 0u;
+  } else if (d == 2) {
+    z.a3 = z.a1;
+    z.a2 = z.a0;
+    z.a0 = z.a1 = 0u;
+  } else {
+    z.a3 = z.a2;
+    z.a2 = z.a1;
+    z.a1 = z.a0;
+    z.a0 = 0u;
+  }
+  z.b = bn;
+  z.fb = bn >= -(long long)DPS_ZACC_FAST && bn <= (long long)DPS_ZACC_FAST ? (float)bn : NAN;
+  return z;
+}
+
+/* One finite element, whatever the top bucket (the definition, literally). */
+DPS_ZS_COLD dpsZAcc dpsZAccAddOne(dpsZAcc z, float y) {
+  const float fbc = dpsZAccBucket(y);
+  const long long bi = (long long)fbc;
+  const uint64_t t = dpsZAccTerm(y, fbc);
+  if (z.b == DPS_ZACC_NONE || bi > z.b) z = dpsZAccRaised(z, bi);
+  const long long d = z.b - bi;
+  if (d <= 0) z.a0 += t;
+  if (d <= 1) z.a1 += t;
+  if (d <= 2) z.a2 += t;
+  if (d <= 3) z.a3 += t;
+  return z;
+}
+
+/* Adds y[0..n): each finite, or -inf for an element that takes no part. */
+DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, int n) {
+  float m = y[0];
+  for (int t = 1; t < n; ++t) m = fmaxf(m, y[t]);
+  if (!(m < z->fb + 1.f)) { /* a higher top bucket, the first, or beyond 2^22 */
+    if (m == -INFINITY) return; /* nothing to add (then the sum is empty) */
+    if (z->fb == z->fb) *z = dpsZAccRaised(*z, (long long)dpsZAccBucket(m));
+    if (z->fb != z->fb) {
+      for (int t = 0; t < n; ++t)
+        if (y[t] > -INFINITY) *z = dpsZAccAddOne(*z, y[t]);
+      return;
+    }
+  }
+  /* every y < fb + 1: its bucket is the first fb - k at or below it */
+  const float f0 = z->fb, f1 = f0 - 1.f, f2 = f0 - 2.f, f3 = f0 - 3.f;
+  for (int t = 0; t < n; ++t) {
+    const float v = y[t];
+    const int p0 = v >= f0, p1 = v >= f1, p2 = v >= f2, p3 = v >= f3;
+    const uint64_t term = dpsZAccTerm(v, p0 ? f0 : p1 ? f1 : p2 ? f2 : f3);
+    if (p0) z->a0 += term;
+    if (p1) z->a1 += term;
+    if (p2) z->a2 += term;
+    if (p3) z->a3 += term;
+  }
+}
+
+/* The sums by bucket: s_k = the terms of bucket b - k. */
+DPS_ZS_FN void dpsZAccSums(const dpsZAcc* z, long long* b, uint64_t s[4]) {
+  *b = z->b;
+  s[0] = z->a0;
+  s[1] = z->a1 - z->a0;
+  s[2] = z->a2 - z->a1;
+  s[3] = z->a3 - z->a2;
+}
+
+#endif /* DPS_SAMPLE_ZSUM_H_ */

@@ -1,0 +1,138 @@
+/* The first pass's fixed-point sums (src/kernels/sample_zsum.h, the code the
+ * kernels run) on the host: fed a vector at a time, in vectors of 1 to 8,
+ * they must hold exactly the definition's integers (the sums of the terms by
+ * absolute bucket, the four highest below the top one), for sequences that
+ * raise the top bucket often, span many buckets, sit on bucket edges, hold
+ * -inf (no part), or reach beyond the floats' fast range (|bucket| > 2^22)
+ * and the clamp (2^40). No GPU: 2^f is the host's exp2f here (the device's
+ * ex2.approx gives other terms, but the accumulation takes any term alike). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fixtures.h"
+#include "kernels/sample_zsum.h"
+#include "stats.h"
+
+#define MAXN 4096
+
+static uint64_t g_rng = 0x5eed2026u;
+
+static double u01(void) { return fxUnif01(&g_rng); }
+
+/* The definition: every finite element in its bucket, the top bucket's and
+ * the three below it summed, lower ones dropped. */
+static void definition(const float* y, int n, long long* b, uint64_t s[4]) {
+  long long top = DPS_ZACC_NONE;
+  for (int i = 0; i < n; ++i) {
+    if (!(y[i] > -INFINITY)) continue;
+    const long long bi = (long long)dpsZAccBucket(y[i]);
+    if (top == DPS_ZACC_NONE || bi > top) top = bi;
+  }
+  s[0] = s[1] = s[2] = s[3] = 0u;
+  *b = top;
+  for (int i = 0; i < n; ++i) {
+    if (!(y[i] > -INFINITY)) continue;
+    const float fbc = dpsZAccBucket(y[i]);
+    const long long d = top - (long long)fbc;
+    if (d < 4) s[d] += dpsZAccTerm(y[i], fbc);
+  }
+}
+
+/* The sequence accumulated in vectors of `vec` elements (0: random 1..8). */
+static int check(const char* what, const float* y, int n, int vec) {
+  dpsZAcc z;
+  dpsZAccInit(&z);
+  for (int i = 0; i < n;) {
+    int m = vec > 0 ? vec : 1 + (int)(u01() * 8.0);
+    if (m > n - i) m = n - i;
+    dpsZAccAdd(&z, y + i, m);
+    i += m;
+  }
+  long long b, wb;
+  uint64_t s[4], ws[4];
+  dpsZAccSums(&z, &b, s);
+  definition(y, n, &wb, ws);
+  FX_CHECK(b == wb && s[0] == ws[0] && s[1] == ws[1] && s[2] == ws[2] && s[3] == ws[3],
+           "%s (n %d, vectors of %d): bucket %lld sums %llu %llu %llu %llu, want %lld: %llu "
+           "%llu %llu %llu",
+           what, n, vec, b, (unsigned long long)s[0], (unsigned long long)s[1],
+           (unsigned long long)s[2], (unsigned long long)s[3], wb, (unsigned long long)ws[0],
+           (unsigned long long)ws[1], (unsigned long long)ws[2], (unsigned long long)ws[3]);
+  return 0;
+}
+
+/* Every vector size, and random ones. */
+static int checkAll(const char* what, const float* y, int n) {
+  static const int kVec[] = {1, 2, 4, 8, 0, 0};
+  for (size_t v = 0; v < sizeof kVec / sizeof kVec[0]; ++v)
+    if (check(what, y, n, kVec[v])) return 1;
+  return 0;
+}
+
+enum { GEN_NARROW, GEN_LOGITS, GEN_WIDE, GEN_UP, GEN_DOWN, GEN_EDGES, GEN_FAR, GEN_CLAMP, GEN_KINDS };
+static const char* const kGenName[GEN_KINDS] = {"narrow", "logits", "wide", "rising", "falling",
+                                                "bucket edges", "beyond 2^22", "beyond 2^40"};
+
+static float gen(int kind, int i, int n, double c) {
+  switch (kind) {
+    case GEN_NARROW: return (float)(c + 1.5 * u01());
+    case GEN_LOGITS: { /* logits in [-10, 20] at T in [0.2, 2], as y = l / T * log2(e) / 16 */
+      const double l = -10.0 + 30.0 * u01() * u01();
+      return (float)(l / (0.2 + 1.8 * fabs(c) / 1000.0) * 1.4426950408889634 / 16.0);
+    }
+    case GEN_WIDE: return (float)(c + 16.0 * (u01() - 0.5));
+    case GEN_UP: return (float)(c + 12.0 * i / n + 0.3 * u01());
+    case GEN_DOWN: return (float)(c - 12.0 * i / n + 0.3 * u01());
+    case GEN_EDGES: { /* on and next to the integers b .. b - 5 */
+      const float e = (float)(floor(c) - (double)(int)(u01() * 6.0));
+      const int w = (int)(u01() * 3.0);
+      return w == 0 ? e : w == 1 ? nextafterf(e, -INFINITY) : nextafterf(e, INFINITY);
+    }
+    case GEN_FAR: { /* buckets around +-2^22, where the fast path stops */
+      const double e = ldexp(1.0, 22) + (double)(int)(u01() * 12.0) - 8.0 + u01();
+      return (float)(c < 0 ? -e : e);
+    }
+    default: { /* around +-2^40 and far beyond (the clamped bucket), and FLT_MAX */
+      const double r = u01();
+      const double e = r < 0.1 ? 3.0e38 : ldexp(1.0 + u01(), 38 + (int)(u01() * 5.0));
+      return (float)(c < 0 ? -e : e);
+    }
+  }
+}
+
+int main(void) {
+  static float y[MAXN];
+  /* nothing, and nothing but -inf */
+  FX_CHECK(checkAll("empty", y, 0) == 0, "empty");
+  for (int i = 0; i < 64; ++i) y[i] = -INFINITY;
+  if (checkAll("all -inf", y, 64)) return 1;
+  long long cases = 0;
+  for (int rep = 0; rep < 400; ++rep)
+    for (int kind = 0; kind < GEN_KINDS; ++kind) {
+      const int n = 1 + (int)(u01() * u01() * (MAXN - 1));
+      const double c = (u01() - 0.5) * (rep % 4 == 0 ? 2000.0 : 40.0);
+      const double ninf = rep % 3 == 0 ? 0.0 : u01() * 0.5; /* share of -inf */
+      for (int i = 0; i < n; ++i) y[i] = u01() < ninf ? -INFINITY : gen(kind, i, n, c);
+      if (rep % 5 == 0) /* leading -inf runs (a masked head) */
+        for (int i = 0; i < n / 3; ++i) y[i] = -INFINITY;
+      if (checkAll(kGenName[kind], y, n)) return 1;
+      ++cases;
+    }
+  /* the fast range's edge exactly: top buckets 2^22 - 1 .. 2^22 + 1, then a
+   * fall back into it */
+  for (int k = -1; k <= 1; ++k) {
+    const float t = (float)(4194304.0 + k) + 0.5f;
+    const float seq[] = {t - 3.0f, t - 1.0f, t, t - 2.5f, t - 4.0f, t - 0.25f, t + 1.0f, t - 3.5f};
+    if (checkAll("2^22 edge", seq, 8)) return 1;
+    ++cases;
+  }
+  /* a top bucket far below, then raised into the fast range */
+  {
+    const float seq[] = {-5.0e7f, -5.0e7f + 2.0f, 1.5f, 0.25f, -1.5f, -2.75f, -3.0f, 2.5f, 2.0f};
+    if (checkAll("raised into 2^22", seq, 9)) return 1;
+    ++cases;
+  }
+  printf("test_zsum: passed (%lld sequences, each in vectors of 1, 2, 4, 8 and random)\n", cases);
+  return 0;
+}
