@@ -519,7 +519,10 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
 struct FirstVisit {
   long long col0;
-  float T;
+  /* zsScale(T): Z's y by one product instead of an IEEE division per element
+   * (Z decides top-p on the fast path only; the race and the exact path keep
+   * the score l / T) */
+  float c16;
   Hdr h;
   dpsZAcc zraw, zs; /* h.zraw and h.zs as they accumulate */
   Race race;
@@ -550,8 +553,9 @@ struct FirstVisit {
       float y[CN];
 #pragma unroll
       for (int t = 0; t < CN; ++t) {
-        const float y16 = v[t] > -INFINITY ? __fmul_rn(dpsSampleScore(v[t], T), LOG2E_16) : -INFINITY;
-        y[t] = y16 < INFINITY ? y16 : -INFINITY;
+        /* NaN (a NaN logit, or c16 = inf times 0) and +-inf take no part */
+        const float y16 = __fmul_rn(v[t], c16);
+        y[t] = y16 > -INFINITY && y16 < INFINITY ? y16 : -INFINITY;
       }
       dpsZAccAdd(&zs, y, CN);
     }
@@ -615,7 +619,7 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   }
   FirstVisit<RACE, ZRAW, ZS, LEAN, TILES> f;
   f.col0 = col0;
-  f.T = q.T;
+  f.c16 = zsScale(q.T); /* inf for T below 2.6e-40: no element, the exact path */
   if (TILES) f.tiles.init(rowp, dtype, from, to);
   hdrInit(f.h);
   dpsZAccInit(&f.zraw);

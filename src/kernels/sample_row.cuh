@@ -160,6 +160,11 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
   a = r;
 }
 
+/* Top-p's Z (Hdr.zs) sums 2^(16 y) with y = l * zsScale(T), the score times
+ * log2(e) / 16 by one product: the first pass and decide() both take y this
+ * way (the row's maximum sets Z's scale, so that its term is exactly 1). */
+__device__ __forceinline__ float zsScale(float T) { return __fdiv_rn(LOG2E_16, T); }
+
 /* The sums of an accumulator (kernels/sample_zsum.h: the first pass adds
  * its elements there, a vector at a time). */
 __device__ __forceinline__ Zb zOfAcc(const dpsZAcc& a) {
