@@ -236,8 +236,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
      * scale (2^40 at smax; the maximum's y as the first pass took it) */
     const u64 Zf = zFixed(h.zs);
-    const double ex =
-        (double)(16 * h.zs.b + 16) - 16.0 * (double)__fmul_rn(h.lmax, zsScale(q.T));
+    const double ex = (double)(16 * h.zs.b + 16) - 16.0 * dpsZsScaled(h.lmax, dpsZsScaleOf(q.T));
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
     const u64 P = ceilMass((double)q.top_p * z);

@@ -519,10 +519,10 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
 struct FirstVisit {
   long long col0;
-  /* zsScale(T): Z's y by one product instead of an IEEE division per element
-   * (Z decides top-p on the fast path only; the race and the exact path keep
-   * the score l / T) */
-  float c16;
+  /* the sums' factors: the logprob's at T = 1, top-p's at T, so that Z takes
+   * a product and two fma an element, not an IEEE division (Z decides top-p
+   * on the fast path only; the race and the exact path keep the score l / T) */
+  dpsZsScale sraw, ss;
   Hdr h;
   dpsZAcc zraw, zs; /* h.zraw and h.zs as they accumulate */
   Race race;
@@ -543,21 +543,16 @@ struct FirstVisit {
     }
     /* the fixed-point sums a vector at a time (-inf: no part) */
     if (ZRAW) {
-      float y[CN];
+      float y[CN], yl[CN];
 #pragma unroll
-      for (int t = 0; t < CN; ++t)
-        y[t] = v[t] > -INFINITY && v[t] < INFINITY ? __fmul_rn(v[t], LOG2E_16) : -INFINITY;
-      dpsZAccAdd(&zraw, y, CN);
+      for (int t = 0; t < CN; ++t) y[t] = dpsZsY(v[t], sraw.hi, sraw.lo, &yl[t]);
+      dpsZAccAdd(&zraw, y, yl, CN);
     }
     if (ZS) {
-      float y[CN];
+      float y[CN], yl[CN];
 #pragma unroll
-      for (int t = 0; t < CN; ++t) {
-        /* NaN (a NaN logit, or c16 = inf times 0) and +-inf take no part */
-        const float y16 = __fmul_rn(v[t], c16);
-        y[t] = y16 > -INFINITY && y16 < INFINITY ? y16 : -INFINITY;
-      }
-      dpsZAccAdd(&zs, y, CN);
+      for (int t = 0; t < CN; ++t) y[t] = dpsZsY(v[t], ss.hi, ss.lo, &yl[t]);
+      dpsZAccAdd(&zs, y, yl, CN);
     }
     if (RACE) {
       if (LEAN) race.visitPruned<CN>(g0, v);
@@ -619,7 +614,8 @@ __device__ __noinline__ void firstVisit(const char* rowp, int dtype, long long c
   }
   FirstVisit<RACE, ZRAW, ZS, LEAN, TILES> f;
   f.col0 = col0;
-  f.c16 = zsScale(q.T); /* inf for T below 2.6e-40: no element, the exact path */
+  f.sraw = dpsZsScaleOf(1.f);
+  f.ss = dpsZsScaleOf(q.T);
   if (TILES) f.tiles.init(rowp, dtype, from, to);
   hdrInit(f.h);
   dpsZAccInit(&f.zraw);

@@ -33,7 +33,6 @@ constexpr int HDR = DPS_SAMPLE_HDR_WORDS;
 constexpr int BINS = DPS_SAMPLE_BINS;
 constexpr int MERGE_THREADS = 256;
 constexpr float TERM_SCALE = 1099511627776.0f; /* 2^40 */
-constexpr float LOG2E_16 = LOG2E * 0.0625f;     /* exact: the same mantissa */
 constexpr uint32_t KEY_NEG_INF = 0x007fffffu;   /* orderKey(-inf): valid keys are above */
 constexpr long long ZB_NONE = LLONG_MIN;
 
@@ -159,11 +158,6 @@ __device__ __forceinline__ void zMerge(Zb& a, const Zb& o) {
   r.s3 = zGet(a, B - 3) + zGet(o, B - 3);
   a = r;
 }
-
-/* Top-p's Z (Hdr.zs) sums 2^(16 y) with y = l * zsScale(T), the score times
- * log2(e) / 16 by one product: the first pass and decide() both take y this
- * way (the row's maximum sets Z's scale, so that its term is exactly 1). */
-__device__ __forceinline__ float zsScale(float T) { return __fdiv_rn(LOG2E_16, T); }
 
 /* The sums of an accumulator (kernels/sample_zsum.h: the first pass adds
  * its elements there, a vector at a time). */

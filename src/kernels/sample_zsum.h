@@ -3,10 +3,13 @@
  * the device (CUDA) and the host (C11): tests/cpu/test_zsum.c checks the
  * accumulation against the definition on the CPU.
  *
- * THE DEFINITION. An element with y = score * log2(e) / 16 (finite) lies in
+ * THE DEFINITION. An element comes as y + ylo, its score * log2(e) / 16: y
+ * the fp32 product (finite), ylo the part below y's last bit (the product's
+ * residual by fma, so that a term's error does not grow with y). It lies in
  * bucket b = clamp(floor(y), -2^40, 2^40) and weighs
- *   t = trunc(2^f * 2^24),  f = clamp((y - b) * 16, 0, 15.9999)
- * (2^f by ex2.approx on the device). A sum holds its highest bucket B and
+ *   t = trunc(2^f * 2^24),  f = clamp(((y - b) + ylo) * 16, 0, FMAX)
+ * (2^f by ex2.approx on the device; FMAX the float below 16, so t < 2^40).
+ * A sum holds its highest bucket B and
  * the sums of the terms of buckets B, B-1, B-2 and B-3; lower buckets weigh
  * below 2^-48 of the largest term and are dropped. The integers do not
  * depend on the order of the elements or on how they are split.
@@ -40,6 +43,7 @@
 #define DPS_ZACC_NONE LLONG_MIN           /* the empty sum's bucket (Zb's ZB_NONE) */
 #define DPS_ZACC_FAST 4194304.0f          /* 2^22: B - 3 .. B + 1 are exact floats */
 #define DPS_ZACC_CLAMP 1099511627776.0f   /* 2^40: the bucket's clamp */
+#define DPS_ZACC_FMAX 0x1.fffffep+3f      /* 16 - 2^-20: 2^FMAX * 2^24 < 2^40 */
 
 typedef struct {
   long long b;             /* the highest bucket; DPS_ZACC_NONE: empty */
@@ -49,6 +53,7 @@ typedef struct {
 
 #if defined(__CUDA_ARCH__)
 DPS_ZS_FN float dpsZsSub(float a, float b) { return __fsub_rn(a, b); }
+DPS_ZS_FN float dpsZsAdd(float a, float b) { return __fadd_rn(a, b); }
 DPS_ZS_FN float dpsZsMul(float a, float b) { return __fmul_rn(a, b); }
 DPS_ZS_FN float dpsZsExp2(float x) {
   float y;
@@ -57,11 +62,43 @@ DPS_ZS_FN float dpsZsExp2(float x) {
 }
 #else
 DPS_ZS_FN float dpsZsSub(float a, float b) { return a - b; }
+DPS_ZS_FN float dpsZsAdd(float a, float b) { return a + b; }
 DPS_ZS_FN float dpsZsMul(float a, float b) { return a * b; }
 /* the host's stand-in for ex2.approx: the host checks the accumulation (the
  * buckets, the sums), which takes any function of f alike */
 DPS_ZS_FN float dpsZsExp2(float x) { return exp2f(x); }
 #endif
+
+/* The factor log2(e) / 16 / T in two floats (lo below hi's last bit): the
+ * logprob's sum takes T = 1, top-p's Z the row's T. hi is inf where T is
+ * below about 2.6e-40: then no element takes part (and the row goes exact). */
+typedef struct {
+  float hi, lo;
+} dpsZsScale;
+
+DPS_ZS_FN dpsZsScale dpsZsScaleOf(float T) {
+  const double c = 0.09016844005556021 / (double)T;
+  dpsZsScale z;
+  z.hi = (float)c;
+  z.lo = (float)(c - (double)z.hi);
+  return z;
+}
+
+/* y of a value as dpsZsY takes it, in double (hi + lo is exact there). */
+DPS_ZS_FN double dpsZsScaled(float x, dpsZsScale z) {
+  return (double)x * ((double)z.hi + (double)z.lo);
+}
+
+/* An element's y + ylo = x * (hi + lo): y the fp32 product, ylo its
+ * residual (exact by fma) plus x * lo, so that a term's error does not grow
+ * with the logits. -inf (no part) where y is not finite (a NaN or infinite
+ * x, or an overflow). */
+DPS_ZS_FN float dpsZsY(float x, float hi, float lo, float* ylo) {
+  const float y = dpsZsMul(x, hi);
+  const int in = y > -INFINITY && y < INFINITY;
+  *ylo = in ? fmaf(x, lo, fmaf(x, hi, -y)) : 0.f;
+  return in ? y : -INFINITY;
+}
 
 DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {
   z->b = DPS_ZACC_NONE;
@@ -69,10 +106,12 @@ DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {
   z->a0 = z->a1 = z->a2 = z->a3 = 0u;
 }
 
-/* The term of y in bucket fbc (an integral float): f in [0, 16), so 2^f is
- * normal (the ftz form gives the same) and t below 2^40. */
-DPS_ZS_FN uint64_t dpsZAccTerm(float y, float fbc) {
-  const float f = fminf(fmaxf(dpsZsMul(dpsZsSub(y, fbc), 16.f), 0.f), 15.9999f);
+/* The term of y + ylo in bucket fbc (an integral float, y in [fbc, fbc + 1):
+ * y - fbc is exact but where fbc = -1 and |y| < 1/2): f in [0, 16), so 2^f
+ * is normal (the ftz form gives the same) and t below 2^40. */
+DPS_ZS_FN uint64_t dpsZAccTerm(float y, float ylo, float fbc) {
+  const float f =
+      fminf(fmaxf(dpsZsMul(dpsZsAdd(dpsZsSub(y, fbc), ylo), 16.f), 0.f), DPS_ZACC_FMAX);
   return (uint64_t)dpsZsMul(dpsZsExp2(f), 16777216.f);
 }
 
@@ -107,10 +146,10 @@ DPS_ZS_COLD dpsZAcc dpsZAccRaised(dpsZAcc z, long long bn) {
 }
 
 /* One finite element, whatever the top bucket (the definition, literally). */
-DPS_ZS_COLD dpsZAcc dpsZAccAddOne(dpsZAcc z, float y) {
+DPS_ZS_COLD dpsZAcc dpsZAccAddOne(dpsZAcc z, float y, float ylo) {
   const float fbc = dpsZAccBucket(y);
   const long long bi = (long long)fbc;
-  const uint64_t t = dpsZAccTerm(y, fbc);
+  const uint64_t t = dpsZAccTerm(y, ylo, fbc);
   if (z.b == DPS_ZACC_NONE || bi > z.b) z = dpsZAccRaised(z, bi);
   const long long d = z.b - bi;
   if (d <= 0) z.a0 += t;
@@ -120,8 +159,9 @@ DPS_ZS_COLD dpsZAcc dpsZAccAddOne(dpsZAcc z, float y) {
   return z;
 }
 
-/* Adds y[0..n): each finite, or -inf for an element that takes no part. */
-DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, int n) {
+/* Adds y[0..n) + ylo[0..n): each y finite, or -inf for an element that
+ * takes no part (its ylo then unused). */
+DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, const float* ylo, int n) {
   float m = y[0];
   for (int t = 1; t < n; ++t) m = fmaxf(m, y[t]);
   if (!(m < z->fb + 1.f)) { /* a higher top bucket, the first, or beyond 2^22 */
@@ -129,7 +169,7 @@ DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, int n) {
     if (z->fb == z->fb) *z = dpsZAccRaised(*z, (long long)dpsZAccBucket(m));
     if (z->fb != z->fb) {
       for (int t = 0; t < n; ++t)
-        if (y[t] > -INFINITY) *z = dpsZAccAddOne(*z, y[t]);
+        if (y[t] > -INFINITY) *z = dpsZAccAddOne(*z, y[t], ylo[t]);
       return;
     }
   }
@@ -138,7 +178,7 @@ DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, int n) {
   for (int t = 0; t < n; ++t) {
     const float v = y[t];
     const int p0 = v >= f0, p1 = v >= f1, p2 = v >= f2, p3 = v >= f3;
-    const uint64_t term = dpsZAccTerm(v, p0 ? f0 : p1 ? f1 : p2 ? f2 : f3);
+    const uint64_t term = dpsZAccTerm(v, ylo[t], p0 ? f0 : p1 ? f1 : p2 ? f2 : f3);
     if (p0) z->a0 += term;
     if (p1) z->a1 += term;
     if (p2) z->a2 += term;

@@ -1,11 +1,16 @@
 /* The first pass's fixed-point sums (src/kernels/sample_zsum.h, the code the
- * kernels run) on the host: fed a vector at a time, in vectors of 1 to 8,
- * they must hold exactly the definition's integers (the sums of the terms by
- * absolute bucket, the four highest below the top one), for sequences that
- * raise the top bucket often, span many buckets, sit on bucket edges, hold
- * -inf (no part), or reach beyond the floats' fast range (|bucket| > 2^22)
- * and the clamp (2^40). No GPU: 2^f is the host's exp2f here (the device's
- * ex2.approx gives other terms, but the accumulation takes any term alike). */
+ * kernels run) on the host. No GPU: 2^f is the host's exp2f here (the
+ * device's ex2.approx gives other terms, within 2^-22 of them).
+ *  1. Fed a vector at a time, in vectors of 1 to 8, they hold exactly the
+ *     definition's integers (the sums of the terms by absolute bucket, the
+ *     four highest below the top one), for sequences that raise the top
+ *     bucket often, span many buckets, sit on bucket edges, hold -inf (no
+ *     part), or reach beyond the floats' fast range (|bucket| > 2^22) and
+ *     the clamp (2^40).
+ *  2. log Z of rows of logits (Gaussian, offsets up to 1e5, T from 1 down to
+ *     0.01, as the logprob's sum and top-p's Z take them) within 3e-6 of
+ *     float64's log sum exp(l / T): the error does not grow with the
+ *     scores. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +27,7 @@ static double u01(void) { return fxUnif01(&g_rng); }
 
 /* The definition: every finite element in its bucket, the top bucket's and
  * the three below it summed, lower ones dropped. */
-static void definition(const float* y, int n, long long* b, uint64_t s[4]) {
+static void definition(const float* y, const float* ylo, int n, long long* b, uint64_t s[4]) {
   long long top = DPS_ZACC_NONE;
   for (int i = 0; i < n; ++i) {
     if (!(y[i] > -INFINITY)) continue;
@@ -35,24 +40,24 @@ static void definition(const float* y, int n, long long* b, uint64_t s[4]) {
     if (!(y[i] > -INFINITY)) continue;
     const float fbc = dpsZAccBucket(y[i]);
     const long long d = top - (long long)fbc;
-    if (d < 4) s[d] += dpsZAccTerm(y[i], fbc);
+    if (d < 4) s[d] += dpsZAccTerm(y[i], ylo[i], fbc);
   }
 }
 
 /* The sequence accumulated in vectors of `vec` elements (0: random 1..8). */
-static int check(const char* what, const float* y, int n, int vec) {
+static int check(const char* what, const float* y, const float* ylo, int n, int vec) {
   dpsZAcc z;
   dpsZAccInit(&z);
   for (int i = 0; i < n;) {
     int m = vec > 0 ? vec : 1 + (int)(u01() * 8.0);
     if (m > n - i) m = n - i;
-    dpsZAccAdd(&z, y + i, m);
+    dpsZAccAdd(&z, y + i, ylo + i, m);
     i += m;
   }
   long long b, wb;
   uint64_t s[4], ws[4];
   dpsZAccSums(&z, &b, s);
-  definition(y, n, &wb, ws);
+  definition(y, ylo, n, &wb, ws);
   FX_CHECK(b == wb && s[0] == ws[0] && s[1] == ws[1] && s[2] == ws[2] && s[3] == ws[3],
            "%s (n %d, vectors of %d): bucket %lld sums %llu %llu %llu %llu, want %lld: %llu "
            "%llu %llu %llu",
@@ -65,8 +70,48 @@ static int check(const char* what, const float* y, int n, int vec) {
 /* Every vector size, and random ones. */
 static int checkAll(const char* what, const float* y, int n) {
   static const int kVec[] = {1, 2, 4, 8, 0, 0};
+  static float ylo[MAXN]; /* the products' residuals: within half an ulp of y */
+  for (int i = 0; i < n; ++i)
+    ylo[i] = y[i] > -INFINITY ? (float)((u01() - 0.5) * (double)(nextafterf(fabsf(y[i]), INFINITY) - fabsf(y[i])))
+                              : 0.f;
   for (size_t v = 0; v < sizeof kVec / sizeof kVec[0]; ++v)
-    if (check(what, y, n, kVec[v])) return 1;
+    if (check(what, y, ylo, n, kVec[v])) return 1;
+  return 0;
+}
+
+/* 2: log Z against float64 (in nats). */
+static int checkAccuracy(void) {
+  enum { N = 20000 };
+  static float x[N], y[N], ylo[N];
+  static const double kOff[] = {0.0, -7.0, 30.0, -1.0e3, 4.0e3, 1.0e5, -1.0e5};
+  static const float kT[] = {1.0f, 0.7f, 0.05f, 0.01f};
+  double worst = 0.0;
+  for (size_t o = 0; o < sizeof kOff / sizeof kOff[0]; ++o)
+    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k) {
+      const dpsZsScale sc = dpsZsScaleOf(kT[k]);
+      double m = -INFINITY;
+      for (int i = 0; i < N; ++i) {
+        const double u1 = u01() + 1e-300, u2 = u01();
+        x[i] = (float)(kOff[o] + 2.5 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        y[i] = dpsZsY(x[i], sc.hi, sc.lo, &ylo[i]);
+        if ((double)x[i] / kT[k] > m) m = (double)x[i] / kT[k];
+      }
+      dpsZAcc z;
+      dpsZAccInit(&z);
+      for (int i = 0; i < N; i += 8) dpsZAccAdd(&z, y + i, ylo + i, 8);
+      long long b;
+      uint64_t s[4];
+      dpsZAccSums(&z, &b, s);
+      const double zf = (double)(s[0] + (s[1] >> 16) + (s[2] >> 32) + (s[3] >> 48));
+      const double got = ((double)(16 * b - 24) + log2(zf)) * 0.6931471805599453;
+      double acc = 0.0;
+      for (int i = 0; i < N; ++i) acc += exp((double)x[i] / kT[k] - m);
+      const double err = fabs(got - (m + log(acc)));
+      if (err > worst) worst = err;
+      FX_CHECK(err <= 3e-6, "log Z of logits around %g at T = %g: %.9g, float64 %.9g (error %.3g)",
+               kOff[o], (double)kT[k], got, m + log(acc), err);
+    }
+  printf("test_zsum: log Z within %.3g of float64 (offsets to 1e5, T to 0.01)\n", worst);
   return 0;
 }
 
@@ -133,6 +178,7 @@ int main(void) {
     if (checkAll("raised into 2^22", seq, 9)) return 1;
     ++cases;
   }
+  if (checkAccuracy()) return 1;
   printf("test_zsum: passed (%lld sequences, each in vectors of 1, 2, 4, 8 and random)\n", cases);
   return 0;
 }
