@@ -6,8 +6,8 @@
  * partial results meet: maxima and race winners (ties to the lower index),
  * counts, and masses as integers (fixed point). Masses:
  *  - the first pass cannot know the row's maximum, so it sums
- *    t = 2^(y - 16b) * 2^24 (y = score * log2 e, b = floor(y / 16)) per
- *    absolute bucket b, keeping the 4 highest buckets (Zb): the merge adds
+ *    t = 2^(y - 16b) * 2^20 (y = score * log2 e, b = floor(y / 16)) per
+ *    absolute bucket b, keeping the 4 highest buckets (Zb, sample_zsum.h): the merge adds
  *    the integer sums bucket by bucket, so Z is the same integer at every tp;
  *  - once the maximum score smax is known (the merge, the searches), a kept
  *    index weighs massTerm = 2^((s - smax) * log2 e) * 2^40, rounded down.
@@ -236,7 +236,8 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
      * scale (2^40 at smax; the maximum's y as the first pass took it) */
     const u64 Zf = zFixed(h.zs);
-    const double ex = (double)(16 * h.zs.b + 16) - 16.0 * dpsZsScaled(h.lmax, dpsZsScaleOf(q.T));
+    const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) -
+                      16.0 * dpsZsScaled(h.lmax, dpsZsScaleOf(q.T));
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
     const u64 P = ceilMass((double)q.top_p * z);

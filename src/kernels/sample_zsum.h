@@ -3,16 +3,19 @@
  * the device (CUDA) and the host (C11): tests/cpu/test_zsum.c checks the
  * accumulation against the definition on the CPU.
  *
- * THE DEFINITION. An element comes as y + ylo, its score * log2(e) / 16: y
- * the fp32 product (finite), ylo the part below y's last bit (the product's
- * residual by fma, so that a term's error does not grow with y). It lies in
- * bucket b = clamp(floor(y), -2^40, 2^40) and weighs
- *   t = trunc(2^f * 2^24),  f = clamp(((y - b) + ylo) * 16, 0, FMAX)
- * (2^f by ex2.approx on the device; FMAX the float below 16, so t < 2^40).
- * A sum holds its highest bucket B and
- * the sums of the terms of buckets B, B-1, B-2 and B-3; lower buckets weigh
- * below 2^-48 of the largest term and are dropped. The integers do not
- * depend on the order of the elements or on how they are split.
+ * THE DEFINITION. An element comes as y + ylo, its score * log2(e) / 16
+ * (dpsZsY): y the fp32 product clamped to [-2^40, 2^40], ylo the part below
+ * y's last bit (the product's residual by fma, so that a term's error does
+ * not grow with y; 0 where |y| >= 2^21, scores beyond about 2.3e7). It lies
+ * in bucket b = floor(y) and weighs 2^(16 (y + ylo - b)) in units of 2^-20:
+ *   t = trunc(2^f * 2^20),  f = clamp(((y - b) + ylo) * 16, -4, FMAX)
+ * (2^f by ex2.approx on the device; FMAX the float below 20, so t < 2^40;
+ * |ylo| < 0.19, so f lies in (-4, 20) and no clamp bites but at |y| >= 2^21,
+ * where y is integral or nearly so).
+ * A sum holds its highest bucket B and the sums of the terms of buckets B,
+ * B-1, B-2 and B-3; lower buckets weigh below 2^-48 of the largest term and
+ * are dropped. The integers do not depend on the order of the elements or on
+ * how they are split.
  *
  * WHY A VECTOR AT A TIME. Element by element, the bucket came from floorf and
  * a 64-bit conversion, was compared with and subtracted from the 64-bit top
@@ -20,11 +23,11 @@
  * bucket sat behind a branch in every element: about 100 instructions an
  * element in the first pass (sm_90 SASS). Here the vector's largest y raises
  * the top bucket once, before its elements are added; then an element's
- * bucket is B - k for the first k with y >= B - k (float compares, exact
- * while |B| <= 2^22), and the sums are kept cumulative (a_k: the terms of
- * buckets B .. B-k), so that an element adds its term under its own compares
- * alone. Outside that range (|B| > 2^22: scores beyond about 4.6e7) the
- * elements go one by one, as before. */
+ * bucket is B - k for the first k with y >= B - k, by float compares with
+ * thresholds rounded up (a float y is >= the real B - k iff it is >= B - k
+ * rounded up, so the compares are exact for every B), and the sums are kept
+ * cumulative (a_k: the terms of buckets B .. B-k), so that an element adds
+ * its term under its own compares alone. */
 #ifndef DPS_SAMPLE_ZSUM_H_
 #define DPS_SAMPLE_ZSUM_H_
 
@@ -41,19 +44,21 @@
 #endif
 
 #define DPS_ZACC_NONE LLONG_MIN           /* the empty sum's bucket (Zb's ZB_NONE) */
-#define DPS_ZACC_FAST 4194304.0f          /* 2^22: B - 3 .. B + 1 are exact floats */
-#define DPS_ZACC_CLAMP 1099511627776.0f   /* 2^40: the bucket's clamp */
-#define DPS_ZACC_FMAX 0x1.fffffep+3f      /* 16 - 2^-20: 2^FMAX * 2^24 < 2^40 */
+#define DPS_ZACC_CLAMP 1099511627776.0f   /* 2^40: y's clamp */
+#define DPS_ZACC_FMAX 0x1.3ffffep+4f      /* the float below 20: 2^FMAX * 2^20 < 2^40 */
+#define DPS_ZACC_UNIT 20                  /* a sum counts units of 2^(16 b - 20) */
+#define DPS_ZACC_EXACT 2097152.0f         /* 2^21: ylo carried below it */
 
 typedef struct {
   long long b;             /* the highest bucket; DPS_ZACC_NONE: empty */
-  float fb;                /* b as a float while |b| <= 2^22; -inf: empty; NaN: beyond */
+  float fb;                /* b as a float (exact: the floor of a float); -inf: empty */
   uint64_t a0, a1, a2, a3; /* a_k: the sum of the terms of buckets b .. b - k */
 } dpsZAcc;
 
 #if defined(__CUDA_ARCH__)
 DPS_ZS_FN float dpsZsSub(float a, float b) { return __fsub_rn(a, b); }
 DPS_ZS_FN float dpsZsAdd(float a, float b) { return __fadd_rn(a, b); }
+DPS_ZS_FN float dpsZsAddUp(float a, float b) { return __fadd_ru(a, b); }
 DPS_ZS_FN float dpsZsMul(float a, float b) { return __fmul_rn(a, b); }
 DPS_ZS_FN float dpsZsExp2(float x) {
   float y;
@@ -63,6 +68,12 @@ DPS_ZS_FN float dpsZsExp2(float x) {
 #else
 DPS_ZS_FN float dpsZsSub(float a, float b) { return a - b; }
 DPS_ZS_FN float dpsZsAdd(float a, float b) { return a + b; }
+/* a + b rounded up, for a float a and a small integer b (exact in double) */
+DPS_ZS_FN float dpsZsAddUp(float a, float b) {
+  const double d = (double)a + (double)b;
+  const float f = (float)d;
+  return (double)f < d ? nextafterf(f, INFINITY) : f;
+}
 DPS_ZS_FN float dpsZsMul(float a, float b) { return a * b; }
 /* the host's stand-in for ex2.approx: the host checks the accumulation (the
  * buckets, the sums), which takes any function of f alike */
@@ -91,13 +102,15 @@ DPS_ZS_FN double dpsZsScaled(float x, dpsZsScale z) {
 
 /* An element's y + ylo = x * (hi + lo): y the fp32 product, ylo its
  * residual (exact by fma) plus x * lo, so that a term's error does not grow
- * with the logits. -inf (no part) where y is not finite (a NaN or infinite
- * x, or an overflow). */
+ * with the logits; y clamped to [-2^40, 2^40] (scores beyond 1.2e13, as a
+ * mask of -FLT_MAX gives; ylo then 0). -inf (no part) where y is not finite
+ * (a NaN or infinite x, or an overflow). */
 DPS_ZS_FN float dpsZsY(float x, float hi, float lo, float* ylo) {
   const float y = dpsZsMul(x, hi);
   const int in = y > -INFINITY && y < INFINITY;
-  *ylo = in ? fmaf(x, lo, fmaf(x, hi, -y)) : 0.f;
-  return in ? y : -INFINITY;
+  const int mid = y > -DPS_ZACC_EXACT && y < DPS_ZACC_EXACT;
+  *ylo = mid ? fmaf(x, lo, fmaf(x, hi, -y)) : 0.f;
+  return !in ? -INFINITY : fminf(fmaxf(y, -DPS_ZACC_CLAMP), DPS_ZACC_CLAMP);
 }
 
 DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {
@@ -107,17 +120,14 @@ DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {
 }
 
 /* The term of y + ylo in bucket fbc (an integral float, y in [fbc, fbc + 1):
- * y - fbc is exact but where fbc = -1 and |y| < 1/2): f in [0, 16), so 2^f
- * is normal (the ftz form gives the same) and t below 2^40. */
+ * y - fbc is exact but where fbc = -1 and |y| < 1/2): f in [-4, 20), so 2^f
+ * is normal (the ftz form gives the same) and t in [2^16, 2^40). An element
+ * whose y + ylo lies just below its bucket (y on the edge, ylo < 0) weighs
+ * below 2^20 there: its value, not the edge's. */
 DPS_ZS_FN uint64_t dpsZAccTerm(float y, float ylo, float fbc) {
   const float f =
-      fminf(fmaxf(dpsZsMul(dpsZsAdd(dpsZsSub(y, fbc), ylo), 16.f), 0.f), DPS_ZACC_FMAX);
-  return (uint64_t)dpsZsMul(dpsZsExp2(f), 16777216.f);
-}
-
-/* The bucket of a finite y. */
-DPS_ZS_FN float dpsZAccBucket(float y) {
-  return fminf(fmaxf(floorf(y), -DPS_ZACC_CLAMP), DPS_ZACC_CLAMP);
+      fminf(fmaxf(dpsZsMul(dpsZsAdd(dpsZsSub(y, fbc), ylo), 16.f), -4.f), DPS_ZACC_FMAX);
+  return (uint64_t)dpsZsMul(dpsZsExp2(f), 1048576.f);
 }
 
 /* z with its top bucket raised to bn (> z.b, or z empty): each cumulative sum
@@ -141,43 +151,28 @@ DPS_ZS_COLD dpsZAcc dpsZAccRaised(dpsZAcc z, long long bn) {
     z.a0 = 0u;
   }
   z.b = bn;
-  z.fb = bn >= -(long long)DPS_ZACC_FAST && bn <= (long long)DPS_ZACC_FAST ? (float)bn : NAN;
+  z.fb = (float)bn;
   return z;
 }
 
-/* One finite element, whatever the top bucket (the definition, literally). */
-DPS_ZS_COLD dpsZAcc dpsZAccAddOne(dpsZAcc z, float y, float ylo) {
-  const float fbc = dpsZAccBucket(y);
-  const long long bi = (long long)fbc;
-  const uint64_t t = dpsZAccTerm(y, ylo, fbc);
-  if (z.b == DPS_ZACC_NONE || bi > z.b) z = dpsZAccRaised(z, bi);
-  const long long d = z.b - bi;
-  if (d <= 0) z.a0 += t;
-  if (d <= 1) z.a1 += t;
-  if (d <= 2) z.a2 += t;
-  if (d <= 3) z.a3 += t;
-  return z;
-}
-
-/* Adds y[0..n) + ylo[0..n): each y finite, or -inf for an element that
- * takes no part (its ylo then unused). */
+/* Adds y[0..n) + ylo[0..n) (n >= 1): each y in [-2^40, 2^40] (dpsZsY), or
+ * -inf for an element that takes no part (its ylo then unused). */
 DPS_ZS_FN void dpsZAccAdd(dpsZAcc* z, const float* y, const float* ylo, int n) {
   float m = y[0];
   for (int t = 1; t < n; ++t) m = fmaxf(m, y[t]);
-  if (!(m < z->fb + 1.f)) { /* a higher top bucket, the first, or beyond 2^22 */
+  /* floor(m) > b iff m >= b + 1, rounded up (m is a float); fb = -inf: the first */
+  if (m >= dpsZsAddUp(z->fb, 1.f)) {
     if (m == -INFINITY) return; /* nothing to add (then the sum is empty) */
-    if (z->fb == z->fb) *z = dpsZAccRaised(*z, (long long)dpsZAccBucket(m));
-    if (z->fb != z->fb) {
-      for (int t = 0; t < n; ++t)
-        if (y[t] > -INFINITY) *z = dpsZAccAddOne(*z, y[t], ylo[t]);
-      return;
-    }
+    *z = dpsZAccRaised(*z, (long long)floorf(m));
   }
-  /* every y < fb + 1: its bucket is the first fb - k at or below it */
-  const float f0 = z->fb, f1 = f0 - 1.f, f2 = f0 - 2.f, f3 = f0 - 3.f;
+  /* every y below fb + 1: its bucket is the first fb - k at or below it */
+  const float f0 = z->fb, f1 = dpsZsAddUp(f0, -1.f), f2 = dpsZsAddUp(f0, -2.f),
+              f3 = dpsZsAddUp(f0, -3.f);
   for (int t = 0; t < n; ++t) {
     const float v = y[t];
     const int p0 = v >= f0, p1 = v >= f1, p2 = v >= f2, p3 = v >= f3;
+    /* where p_k first holds, f_k is v's bucket exactly (the floor of a float
+     * is a float), so v - f_k is v's part above its bucket */
     const uint64_t term = dpsZAccTerm(v, ylo[t], p0 ? f0 : p1 ? f1 : p2 ? f2 : f3);
     if (p0) z->a0 += term;
     if (p1) z->a1 += term;

@@ -5,12 +5,13 @@
  *     definition's integers (the sums of the terms by absolute bucket, the
  *     four highest below the top one), for sequences that raise the top
  *     bucket often, span many buckets, sit on bucket edges, hold -inf (no
- *     part), or reach beyond the floats' fast range (|bucket| > 2^22) and
- *     the clamp (2^40).
+ *     part), or sit where floats are integers or sparser (|y| >= 2^23, up
+ *     to the clamp at 2^40); dpsZsY clamps y there.
  *  2. log Z of rows of logits (Gaussian, offsets up to 1e5, T from 1 down to
- *     0.01, as the logprob's sum and top-p's Z take them) within 3e-6 of
+ *     0.01, as the logprob's sum and top-p's Z take them) within 2e-6 of
  *     float64's log sum exp(l / T): the error does not grow with the
  *     scores. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,14 +32,14 @@ static void definition(const float* y, const float* ylo, int n, long long* b, ui
   long long top = DPS_ZACC_NONE;
   for (int i = 0; i < n; ++i) {
     if (!(y[i] > -INFINITY)) continue;
-    const long long bi = (long long)dpsZAccBucket(y[i]);
+    const long long bi = (long long)floorf(y[i]);
     if (top == DPS_ZACC_NONE || bi > top) top = bi;
   }
   s[0] = s[1] = s[2] = s[3] = 0u;
   *b = top;
   for (int i = 0; i < n; ++i) {
     if (!(y[i] > -INFINITY)) continue;
-    const float fbc = dpsZAccBucket(y[i]);
+    const float fbc = floorf(y[i]);
     const long long d = top - (long long)fbc;
     if (d < 4) s[d] += dpsZAccTerm(y[i], ylo[i], fbc);
   }
@@ -103,12 +104,12 @@ static int checkAccuracy(void) {
       uint64_t s[4];
       dpsZAccSums(&z, &b, s);
       const double zf = (double)(s[0] + (s[1] >> 16) + (s[2] >> 32) + (s[3] >> 48));
-      const double got = ((double)(16 * b - 24) + log2(zf)) * 0.6931471805599453;
+      const double got = ((double)(16 * b - DPS_ZACC_UNIT) + log2(zf)) * 0.6931471805599453;
       double acc = 0.0;
       for (int i = 0; i < N; ++i) acc += exp((double)x[i] / kT[k] - m);
       const double err = fabs(got - (m + log(acc)));
       if (err > worst) worst = err;
-      FX_CHECK(err <= 3e-6, "log Z of logits around %g at T = %g: %.9g, float64 %.9g (error %.3g)",
+      FX_CHECK(err <= 2e-6, "log Z of logits around %g at T = %g: %.9g, float64 %.9g (error %.3g)",
                kOff[o], (double)kT[k], got, m + log(acc), err);
     }
   printf("test_zsum: log Z within %.3g of float64 (offsets to 1e5, T to 0.01)\n", worst);
@@ -117,7 +118,8 @@ static int checkAccuracy(void) {
 
 enum { GEN_NARROW, GEN_LOGITS, GEN_WIDE, GEN_UP, GEN_DOWN, GEN_EDGES, GEN_FAR, GEN_CLAMP, GEN_KINDS };
 static const char* const kGenName[GEN_KINDS] = {"narrow", "logits", "wide", "rising", "falling",
-                                                "bucket edges", "beyond 2^22", "beyond 2^40"};
+                                                "bucket edges", "around 2^22..2^25",
+                                                "up to the clamp 2^40"};
 
 static float gen(int kind, int i, int n, double c) {
   switch (kind) {
@@ -134,13 +136,12 @@ static float gen(int kind, int i, int n, double c) {
       const int w = (int)(u01() * 3.0);
       return w == 0 ? e : w == 1 ? nextafterf(e, -INFINITY) : nextafterf(e, INFINITY);
     }
-    case GEN_FAR: { /* buckets around +-2^22, where the fast path stops */
-      const double e = ldexp(1.0, 22) + (double)(int)(u01() * 12.0) - 8.0 + u01();
+    case GEN_FAR: { /* around 2^22 .. 2^25, where floats become integers, then sparser */
+      const double e = ldexp(1.0, 22 + (int)(u01() * 4.0)) + (double)(int)(u01() * 12.0) - 8.0 + u01();
       return (float)(c < 0 ? -e : e);
     }
-    default: { /* around +-2^40 and far beyond (the clamped bucket), and FLT_MAX */
-      const double r = u01();
-      const double e = r < 0.1 ? 3.0e38 : ldexp(1.0 + u01(), 38 + (int)(u01() * 5.0));
+    default: { /* up to the clamp: 2^38 .. 2^40, and the clamp itself (dpsZsY's) */
+      const double e = u01() < 0.2 ? ldexp(1.0, 40) : ldexp(1.0 + u01(), 38 + (int)(u01() * 2.0));
       return (float)(c < 0 ? -e : e);
     }
   }
@@ -164,18 +165,23 @@ int main(void) {
       if (checkAll(kGenName[kind], y, n)) return 1;
       ++cases;
     }
-  /* the fast range's edge exactly: top buckets 2^22 - 1 .. 2^22 + 1, then a
-   * fall back into it */
-  for (int k = -1; k <= 1; ++k) {
-    const float t = (float)(4194304.0 + k) + 0.5f;
-    const float seq[] = {t - 3.0f, t - 1.0f, t, t - 2.5f, t - 4.0f, t - 0.25f, t + 1.0f, t - 3.5f};
-    if (checkAll("2^22 edge", seq, 8)) return 1;
+  /* where floats turn integer (2^23), then even (2^24, where B - 1 is no
+   * float), on both sides */
+  for (int k = 0; k < 4; ++k) {
+    const float t = (float)(k < 2 ? 8388608.0 : 16777216.0) * (k % 2 ? -1.0f : 1.0f);
+    const float seq[] = {t, t - 2.0f, t + 2.0f, t - 4.0f, t + 4.0f, t - 1.0f, t + 1.0f, t - 6.0f};
+    if (checkAll("2^23 and 2^24", seq, 8)) return 1;
     ++cases;
   }
-  /* a top bucket far below, then raised into the fast range */
+  /* a row masked with -FLT_MAX (every y clamped to -2^40), then raised */
   {
-    const float seq[] = {-5.0e7f, -5.0e7f + 2.0f, 1.5f, 0.25f, -1.5f, -2.75f, -3.0f, 2.5f, 2.0f};
-    if (checkAll("raised into 2^22", seq, 9)) return 1;
+    float seq[9], lo[9];
+    const float x[] = {-FLT_MAX, -1.0e9f, -FLT_MAX, 3.5f, -2.0f, -FLT_MAX, 12.0f, -7.0f, 0.5f};
+    for (int i = 0; i < 9; ++i) seq[i] = dpsZsY(x[i], 0.0901684388518f, 1.2037e-9f, &lo[i]);
+    FX_CHECK(seq[0] == -DPS_ZACC_CLAMP && lo[0] == 0.f && seq[1] > -DPS_ZACC_CLAMP,
+             "dpsZsY: -FLT_MAX to %g (ylo %g), -1e9 to %g", (double)seq[0], (double)lo[0],
+             (double)seq[1]);
+    if (checkAll("masked with -FLT_MAX", seq, 9)) return 1;
     ++cases;
   }
   if (checkAccuracy()) return 1;
