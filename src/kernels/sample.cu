@@ -9,8 +9,8 @@
  *    t = 2^(y - 16b) * 2^20 (y = score * log2 e, b = floor(y / 16)) per
  *    absolute bucket b, keeping the 4 highest buckets (Zb, sample_zsum.h): the merge adds
  *    the integer sums bucket by bucket, so Z is the same integer at every tp;
- *  - once the maximum score smax is known (the merge, the searches), a kept
- *    index weighs massTerm = 2^((s - smax) * log2 e) * 2^40, rounded down.
+ *  - once the maximum lmax is known (the merge, the searches), a kept index
+ *    weighs massTerm = 2^((l - lmax) * log2(e) / T) * 2^40, rounded down.
  * The noise is sample_rng.h's, bit for bit the host reference's. */
 #include "kernels/device.cuh"
 #include "kernels/sample_row.cuh"     /* constants, parameters, Zb, Hdr */
@@ -84,6 +84,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   }
   const bool topk_on = q.k > 0 && q.k < nA, topp_on = q.top_p < 1.f, minp_on = q.min_p > 0.f;
   const float smax = dpsSampleScore(h.lmax, q.T);
+  const MassScale ms = massScale(h.lmax, q.T);
   const bool topp = topp_on && smax < INFINITY; /* an infinite score skips top-p */
   SState s;
   s.round = 0;
@@ -98,7 +99,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   s.lmax = h.lmax;
   s.T = q.T;
   s.top_p = q.top_p;
-  s.smax = smax;
+  s.mc = ms.c;
   s.lse = lse;
   s.seed = q.seed;
   s.offset = q.offset;
@@ -158,7 +159,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int j = lane + 32 * u;
-      t[u] = j < n ? massTerm(cv[u], q.T, smax) : 0ull;
+      t[u] = j < n ? massTerm(cv[u], ms) : 0ull;
     }
     /* inclusive scan over j = lane (u = 0), then 32 + lane (u = 1) */
     u64 inc0 = t[0], inc1 = t[1];
@@ -216,7 +217,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int j = lane + 32 * u;
-        t[u] = j < nS ? massTerm(cv[u], q.T, smax) : 0ull;
+        t[u] = j < nS ? massTerm(cv[u], ms) : 0ull;
       }
       u64 Z = t[0] + t[1];
       for (int o = 16; o > 0; o >>= 1) Z += __shfl_xor_sync(0xffffffffu, Z, o);
@@ -234,7 +235,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   }
   if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
-     * scale (2^40 at smax; the maximum's y as the first pass took it) */
+     * scale (2^40 at the maximum, whose y the first pass took the same way) */
     const u64 Zf = zFixed(h.zs);
     const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) -
                       16.0 * dpsZsScaled(h.lmax, dpsZsScaleOf(q.T));

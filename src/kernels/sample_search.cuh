@@ -21,24 +21,53 @@ struct SState {
   u64 need;        /* K: count still wanted within the prefix */
   u64 above;       /* P: mass of the kept bins above the prefix's */
   u64 P;           /* P: kept indices have a mass before them below P */
-  float lmax, T, top_p, smax;
+  float lmax, T, top_p;
+  float mc; /* massTerm's log2(e) / T (massScale): set once, by decide() */
   double lse;
   u64 seed, offset;
   uint32_t quota[DPS_PEER_MAX_RANKS];
 };
 static_assert(sizeof(SState) <= DPS_SAMPLE_STATE_BYTES, "state slot");
 
-__device__ __forceinline__ u64 massTerm(float x, float T, float smax) {
-  const float d = __fmul_rn(__fsub_rn(dpsSampleScore(x, T), smax), LOG2E);
-  /* below 2^-126 the term is 0 either way (2^-126 * 2^40 truncates to 0): the
-   * ftz form (one instruction) gives the same integer for every d */
-  return __float2ull_rz(__fmul_rn(fastExp2Ftz(d), TERM_SCALE));
+/* A row's mass scale: its maximum and log2(e) / T (rounded once; at most
+ * FLT_MAX, so that the maximum's own exponent is 0 for any T). */
+struct MassScale {
+  float lmax, c;
+};
+__device__ __forceinline__ MassScale massScale(float lmax, float T) {
+  const double c = 1.4426950408889634 / (double)T;
+  MassScale m;
+  m.lmax = lmax;
+  m.c = c < 3.4028234663852886e38 ? (float)c : 3.4028234663852886e38f;
+  return m;
+}
+/* the state's (no division in the searches' kernels) */
+__device__ __forceinline__ MassScale massScale(const SState& st) {
+  MassScale m;
+  m.lmax = st.lmax;
+  m.c = st.mc;
+  return m;
+}
+
+/* A valid value's mass: 2^((x - lmax) log2(e) / T) * 2^40, rounded down.
+ * x - lmax is exact for 16-bit logits (and for fp32 within a factor 2 of the
+ * maximum), so the exponent's error is two roundings of a number of at most
+ * 40 for any term above 2^-40 (a relative error of about 2e-6 at most) and
+ * does not grow with the scores, as the difference of two rounded scores
+ * l / T did; no division per element. Below 2^-126 the term is 0 either way
+ * (2^-126 * 2^40 truncates to 0): the ftz form. */
+__device__ __forceinline__ u64 massTerm(float x, const MassScale& m) {
+  const float v = __fmul_rn(__fsub_rn(x, m.lmax), m.c);
+  return __float2ull_rz(__fmul_rn(fastExp2Ftz(v), TERM_SCALE));
 }
 
 /* The mass term of the one value a key stands for (a bin of one value, the
  * ties at a threshold). */
+__device__ __forceinline__ u64 keyMass(const MassScale& m, uint32_t key) {
+  return massTerm(keyValue(key), m);
+}
 __device__ __forceinline__ u64 keyMass(const SState& st, uint32_t key) {
-  return massTerm(keyValue(key), st.T, st.smax);
+  return keyMass(massScale(st), key);
 }
 
 /* top_p * Z as the integer bound of the masses before a kept index: at
@@ -139,7 +168,7 @@ struct HistVisit {
   uint32_t mask, prefix, dmask;
   int shift;
   bool tie_out; /* P: ties of the top-k threshold come from the merge (their rank) */
-  float T, smax;
+  MassScale ms;
   uint32_t* lo; /* counts (K), low words of the masses (P) */
   uint32_t* hi; /* P: high words */
   static constexpr uint32_t NONE = 0xffffffffu;
@@ -184,7 +213,7 @@ struct HistVisit {
       const bool in = x > -INFINITY && (key & mask) == prefix && kk.above(key) &&
                       !(tie_out && key == kk.tkey);
       if (!in) continue;
-      add((key >> shift) & dmask, MASS ? massTerm(x, T, smax) : 1ull);
+      add((key >> shift) & dmask, MASS ? massTerm(x, ms) : 1ull);
     }
   }
 };
@@ -218,20 +247,21 @@ __device__ void histPass(const SState& st, const char* rowp, int dtype, long lon
    * integer sum), and the pass counts */
   const bool counted = st.mode == MODE_P && shift <= st.zb;
   if (st.mode == MODE_P && !counted) {
-    HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
+    HistVisit<true> v{kk, mask, st.prefix, dmask, shift, tie_out, massScale(st), s_lo, s_hi};
     forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   } else {
-    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, tie_out, st.T, st.smax, s_lo, s_hi};
+    HistVisit<false> v{kk, mask, st.prefix, dmask, shift, tie_out, massScale(st), s_lo, s_hi};
     forEachElemX<SEARCH_VECS>(rowp, dtype, from, to, xf, v);
     v.flush();
   }
   __syncthreads();
+  const MassScale ms = massScale(st);
   for (int i = threadIdx.x; i < D::BINS; i += blockDim.x) {
     u64 b = ((u64)s_hi[i] << 32) | s_lo[i];
     if (counted && b != 0ull) {
       const uint32_t key = keyOfPrefix(st.prefix | ((uint32_t)i << shift), shift);
-      b *= keyMass(st, key);
+      b *= keyMass(ms, key);
     }
     bins[i] = b;
   }
