@@ -235,10 +235,10 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   }
   if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
     /* S is every valid index: Z from the first pass's buckets, in massTerm's
-     * scale (2^40 at the maximum, whose y the first pass took the same way) */
+     * scale (2^40 at the maximum, whose y + ylo the first pass summed) */
     const u64 Zf = zFixed(h.zs);
     const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) -
-                      16.0 * dpsZsScaled(h.lmax, dpsZsScaleOf(q.T));
+                      16.0 * dpsZsYOf(h.lmax, dpsZsScaleOf(q.T));
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
     const u64 P = ceilMass((double)q.top_p * z);

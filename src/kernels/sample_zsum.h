@@ -95,11 +95,6 @@ DPS_ZS_FN dpsZsScale dpsZsScaleOf(float T) {
   return z;
 }
 
-/* y of a value as dpsZsY takes it, in double (hi + lo is exact there). */
-DPS_ZS_FN double dpsZsScaled(float x, dpsZsScale z) {
-  return (double)x * ((double)z.hi + (double)z.lo);
-}
-
 /* An element's y + ylo = x * (hi + lo): y the fp32 product, ylo its
  * residual (exact by fma) plus x * lo, so that a term's error does not grow
  * with the logits; y clamped to [-2^40, 2^40] (scores beyond 1.2e13, as a
@@ -111,6 +106,15 @@ DPS_ZS_FN float dpsZsY(float x, float hi, float lo, float* ylo) {
   const int mid = y > -DPS_ZACC_EXACT && y < DPS_ZACC_EXACT;
   *ylo = mid ? fmaf(x, lo, fmaf(x, hi, -y)) : 0.f;
   return !in ? -INFINITY : fminf(fmaxf(y, -DPS_ZACC_CLAMP), DPS_ZACC_CLAMP);
+}
+
+/* y + ylo of a value as dpsZsY gives it, in double: what a sum's term of
+ * that value stands for (decide() takes the maximum's this way, so that its
+ * term is 1 in the scale of the maximum whatever the rounding or clamp). */
+DPS_ZS_FN double dpsZsYOf(float x, dpsZsScale z) {
+  float ylo;
+  const float y = dpsZsY(x, z.hi, z.lo, &ylo);
+  return (double)y + (double)ylo;
 }
 
 DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {

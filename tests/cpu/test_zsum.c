@@ -10,7 +10,9 @@
  *  2. log Z of rows of logits (Gaussian, offsets up to 1e5, T from 1 down to
  *     0.01, as the logprob's sum and top-p's Z take them) within 2e-6 of
  *     float64's log sum exp(l / T): the error does not grow with the
- *     scores. */
+ *     scores.
+ *  3. A value's own term in the scale decide() gives the row's maximum is 1,
+ *     for tiny and huge T and clamped y. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +149,32 @@ static float gen(int kind, int i, int n, double c) {
   }
 }
 
+/* 3: a value's own sum, taken to its scale by dpsZsYOf (as decide() takes the
+ * row's maximum), is 1: also where y is rounded without its residual (|y| >=
+ * 2^21, tiny T) or clamped (2^40). */
+static int checkScaleOfMax(void) {
+  static const float kX[] = {23.5f, -23.5f, 0.0f, 1e-3f, 7.0f, 30.0f, -1e9f, 3e38f};
+  static const float kT[] = {1.0f, 0.7f, 1e-3f, 1e-6f, 1e-7f, 1e-9f, 1e-13f, 1e30f};
+  for (size_t i = 0; i < sizeof kX / sizeof kX[0]; ++i)
+    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k) {
+      const dpsZsScale sc = dpsZsScaleOf(kT[k]);
+      float lo;
+      const float y = dpsZsY(kX[i], sc.hi, sc.lo, &lo);
+      if (!(y > -INFINITY)) continue; /* no part: such a row goes exact */
+      dpsZAcc z;
+      dpsZAccInit(&z);
+      dpsZAccAdd(&z, &y, &lo, 1);
+      long long b;
+      uint64_t s[4];
+      dpsZAccSums(&z, &b, s);
+      const double got = (double)(16 * b - DPS_ZACC_UNIT) + log2((double)s[0]) -
+                         16.0 * dpsZsYOf(kX[i], sc);
+      FX_CHECK(fabs(got) <= 1e-6, "the maximum %g at T = %g: log2 of its term in its own "
+               "scale %.3g (want 0)", (double)kX[i], (double)kT[k], got);
+    }
+  return 0;
+}
+
 int main(void) {
   static float y[MAXN];
   /* nothing, and nothing but -inf */
@@ -184,7 +212,7 @@ int main(void) {
     if (checkAll("masked with -FLT_MAX", seq, 9)) return 1;
     ++cases;
   }
-  if (checkAccuracy()) return 1;
+  if (checkAccuracy() || checkScaleOfMax()) return 1;
   printf("test_zsum: passed (%lld sequences, each in vectors of 1, 2, 4, 8 and random)\n", cases);
   return 0;
 }
