@@ -81,7 +81,7 @@ DPS_ZS_FN float dpsZsExp2(float x) { return exp2f(x); }
 #endif
 
 /* The factor log2(e) / 16 / T in two floats (lo below hi's last bit): the
- * logprob's sum takes T = 1, top-p's Z the row's T. hi is inf where T is
+ * logprob's sum takes T = 1, top-p's Z the row's T. hi is inf (lo 0) where T is
  * below about 2.6e-40: then no element takes part (and the row goes exact). */
 typedef struct {
   float hi, lo;
@@ -89,9 +89,10 @@ typedef struct {
 
 DPS_ZS_FN dpsZsScale dpsZsScaleOf(float T) {
   const double c = 0.09016844005556021 / (double)T;
+  const int fits = c <= 3.4028234663852886e38; /* FLT_MAX: a float's range */
   dpsZsScale z;
-  z.hi = (float)c;
-  z.lo = (float)(c - (double)z.hi);
+  z.hi = fits ? (float)c : INFINITY;
+  z.lo = fits ? (float)(c - (double)z.hi) : 0.f;
   return z;
 }
 

@@ -172,6 +172,15 @@ static int checkScaleOfMax(void) {
       FX_CHECK(fabs(got) <= 1e-6, "the maximum %g at T = %g: log2 of its term in its own "
                "scale %.3g (want 0)", (double)kX[i], (double)kT[k], got);
     }
+  /* T below about 2.6e-40 (the factor beyond FLT_MAX): no element takes part */
+  const dpsZsScale sub = dpsZsScaleOf(1e-42f);
+  FX_CHECK(sub.hi == INFINITY && sub.lo == 0.f, "T = 1e-42: the factor %g + %g (want inf + 0)",
+           (double)sub.hi, (double)sub.lo);
+  for (size_t i = 0; i < sizeof kX / sizeof kX[0]; ++i) {
+    float lo;
+    const float y = dpsZsY(kX[i], sub.hi, sub.lo, &lo);
+    FX_CHECK(y == -INFINITY, "T = 1e-42: %g took part as y = %g", (double)kX[i], (double)y);
+  }
   return 0;
 }
 
