@@ -516,6 +516,15 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
  * no more; a min-p row's draw counts its candidates instead, decide()). TILES: the tile maxima of a row whose candidates are collected
  * from them (a template parameter: in the race's instances its state
  * spilled the loop). */
+/* a vector's terms into a fixed-point sum in the scale s (-inf: no part) */
+template <int CN>
+__device__ __forceinline__ void zsAdd(dpsZAcc& z, dpsZsScale s, const float (&v)[CN]) {
+  float y[CN], yl[CN];
+#pragma unroll
+  for (int t = 0; t < CN; ++t) y[t] = dpsZsY(v[t], s.hi, s.lo, &yl[t]);
+  dpsZAccAdd(&z, y, yl, CN);
+}
+
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
 struct FirstVisit {
   long long col0;
@@ -541,19 +550,9 @@ struct FirstVisit {
       h.aidx = better ? g0 + (uint32_t)t : h.aidx;
       h.lmax = better ? x : h.lmax;
     }
-    /* the fixed-point sums a vector at a time (-inf: no part) */
-    if (ZRAW) {
-      float y[CN], yl[CN];
-#pragma unroll
-      for (int t = 0; t < CN; ++t) y[t] = dpsZsY(v[t], sraw.hi, sraw.lo, &yl[t]);
-      dpsZAccAdd(&zraw, y, yl, CN);
-    }
-    if (ZS) {
-      float y[CN], yl[CN];
-#pragma unroll
-      for (int t = 0; t < CN; ++t) y[t] = dpsZsY(v[t], ss.hi, ss.lo, &yl[t]);
-      dpsZAccAdd(&zs, y, yl, CN);
-    }
+    /* the fixed-point sums, a vector at a time */
+    if (ZRAW) zsAdd<CN>(zraw, sraw, v);
+    if (ZS) zsAdd<CN>(zs, ss, v);
     if (RACE) {
       if (LEAN) race.visitPruned<CN>(g0, v);
       else race.visit<CN>(g0, v);
