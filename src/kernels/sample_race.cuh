@@ -510,12 +510,6 @@ __device__ __forceinline__ void leanRange(const char* rowp, long long col0, long
 }
 
 /* ---- the first pass -------------------------------------------------------------- */
-/* LEAN (leanRow: a race row without logprob whose bound prunes): the race's
- * group test (Race::visitPruned) and no count of the valid columns (the
- * count then says only whether the thread saw one: such a row's draw needs
- * no more; a min-p row's draw counts its candidates instead, decide()). TILES: the tile maxima of a row whose candidates are collected
- * from them (a template parameter: in the race's instances its state
- * spilled the loop). */
 /* a vector's terms into a fixed-point sum in the scale s (-inf: no part) */
 template <int CN>
 __device__ __forceinline__ void zsAdd(dpsZAcc& z, dpsZsScale s, const float (&v)[CN]) {
@@ -525,6 +519,13 @@ __device__ __forceinline__ void zsAdd(dpsZAcc& z, dpsZsScale s, const float (&v)
   dpsZAccAdd(&z, y, yl, CN);
 }
 
+/* LEAN (leanRow: a race row without logprob whose bound prunes): the race's
+ * group test (Race::visitPruned) and no count of the valid columns (the
+ * count then says only whether the thread saw one: such a row's draw needs
+ * no more; a min-p row's draw counts its candidates instead, decide()).
+ * TILES: the tile maxima of a row whose candidates are collected from them
+ * (a template parameter: in the race's instances its state spilled the
+ * loop). */
 template <bool RACE, bool ZRAW, bool ZS, bool LEAN, bool TILES>
 struct FirstVisit {
   long long col0;
