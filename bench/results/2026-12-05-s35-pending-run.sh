@@ -3,21 +3,35 @@
 # of rows whose every kept score is -inf (a negative maximum at a subnormal T: token 0 and
 # logprob -inf before; the lowest index of K now), with five subnormal-T row templates in
 # tests/gpu/sample_common.h. The code: bench/results/2026-12-05-s35-neginf.patch (git am on
-# main 278a7af or later). Session 35's run 3 (bench/results/2026-12-05-h100-s35-final.txt) is
+# main d4d54d9 or later). Session 35's run 3 (bench/results/2026-12-05-h100-s35-final.txt) is
 # the negative control: main's kernels under the first of those templates failed
 # test_gpu_sample (2 of 257 rows, both backends) and the virtual ranks (25 failures).
 #
-# carry build-carry/s35n/c.tar.xz: new/ (the branch's test_gpu_sample, test_gpu_virtual_ranks,
-# test_gpu_verify, libdpsampling.so*), base/ (main's libdpsampling.so*), dps-perf. Every binary:
-# cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDPS_BUILD_PYTHON=OFF
-# -DDPS_WERROR=ON (the test binaries hold the library statically).
+# Two calls (the carries together exceed 64 MiB):
+#  1. `bash <this> main`, carry build-carry/s35n/c.tar.xz: new/ (the branch's test_gpu_sample,
+#     test_gpu_virtual_ranks, test_gpu_verify, libdpsampling.so*), base/ (main's
+#     libdpsampling.so*), dps-perf: the tests, then an A/B of the two libraries.
+#  2. `bash <this> plants`, carry build-carry/s35n/plants.tar.xz: test_gpu_sample of the branch
+#     with one half of the fix undone, each of which must FAIL: plantA/ (raceFlush drops -inf
+#     keys again), plantB/ (decide does not skip top-p for a -inf largest score).
+# Every binary: cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+# -DDPS_BUILD_PYTHON=OFF -DDPS_WERROR=ON (the test binaries hold the library statically).
+# Each call extracts into a directory of its own: a warm machine keeps the last call's /tmp.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 T0=$SECONDS
 NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-C=/tmp/c35n; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s35n/c.tar.xz -C $C
 export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
 t() { echo "[t=$((SECONDS-T0))s] $*"; }
+if [ "${1:-main}" = plants ]; then
+  C=/tmp/c35p; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s35n/plants.tar.xz -C $C
+  for p in plantA plantB; do
+    t "planted $p (must fail)"; $C/$p/test_gpu_sample onesided > $OUT/$p.log 2>&1; echo "rc=$?"
+    grep -E "passed \(|FAIL|differ|wrong" $OUT/$p.log | head -4 | cut -c1-260
+  done
+  exit 0
+fi
+C=/tmp/c35n; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s35n/c.tar.xz -C $C
 t "test_gpu_sample"; $C/new/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|FAIL|fail|differ|wrong" $OUT/sample.log | head -12 | cut -c1-260
 t "vr all"; timeout 200 $C/new/test_gpu_virtual_ranks > $OUT/vr_all.log 2>&1; echo "rc=$?"
