@@ -2,8 +2,10 @@
 # Session 35, prepared and NOT RUN (the session's device time ran out): branch s35-neginf, the fix
 # of rows whose every kept score is -inf (a negative maximum at a subnormal T: token 0 and
 # logprob -inf before; the lowest index of K now), with five subnormal-T row templates in
-# tests/gpu/sample_common.h. The code: bench/results/2026-12-05-s35-neginf.patch (git am on
-# main d4d54d9 or later). Session 35's run 3 (bench/results/2026-12-05-h100-s35-final.txt) is
+# tests/gpu/sample_common.h and a test of distinct negative logits; and, as its own commit,
+# decide() no longer loads the candidate list of temperature-only lean rows (the suspect of
+# sample_t's 1.7 % loss since session 33: the A/B below shows it). The code:
+# bench/results/2026-12-05-s35-neginf.patch (git am on main af279f9 or later). Session 35's run 3 (bench/results/2026-12-05-h100-s35-final.txt) is
 # the negative control: main's kernels under the first of those templates failed
 # test_gpu_sample (2 of 257 rows, both backends) and the virtual ranks (25 failures).
 #
