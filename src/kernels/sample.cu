@@ -85,7 +85,8 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   const bool topk_on = q.k > 0 && q.k < nA, topp_on = q.top_p < 1.f, minp_on = q.min_p > 0.f;
   const float smax = dpsSampleScore(h.lmax, q.T);
   const MassScale ms = massScale(h.lmax, q.T);
-  const bool topp = topp_on && smax < INFINITY; /* an infinite score skips top-p */
+  /* an infinite largest score (either sign) skips top-p, as the reference */
+  const bool topp = topp_on && smax > -INFINITY && smax < INFINITY;
   SState s;
   s.round = 0;
   s.has_thr = 0;

@@ -104,7 +104,10 @@ __device__ __forceinline__ RaceBest raceWarpBest(RaceBest m, RaceBest b) {
 }
 
 /* The exact keys of the n queued indices (a whole warp calls): the better of
- * their best and `b`, the same on every lane. */
+ * their best and `b`, the same on every lane. A key of -inf takes part: a
+ * score that overflows downwards (every kept score -inf: the lowest index
+ * wins, as the spec's ties say), or raceExactKey's rejection, which only a
+ * finite bound gives, i.e. where a key above -inf exists and wins. */
 __device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, float A, float B,
                                            u64 seed, u64 offset, RaceBest b) {
   __syncwarp();
@@ -113,7 +116,7 @@ __device__ __noinline__ RaceBest raceFlush(const RaceQueue* q, int n, float T, f
     const uint32_t gi = q->idx[e];
     const float x = q->x[e];
     const float k = raceExactKey(x, T, A, B, seed, offset, gi);
-    if (k > -INFINITY && raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
+    if (raceBetter(k, gi, m.k, m.i)) m = RaceBest{k, gi, x};
   }
   __syncwarp(); /* the slots may be refilled */
   return raceWarpBest(m, b);
