@@ -45,8 +45,8 @@ enum {
 };
 static const char* const kSmpKindNames[SMP_KINDS] = {"real", "holes", "flat", "plateau",
                                                      "+inf", "all -inf", "all NaN"};
-/* Row r's kind: kSmpSchedule[r % 17] (17 is prime to the 25 templates, so
- * every template meets every kind within 425 rows). */
+/* Row r's kind: kSmpSchedule[r % 17] (17 is prime to the 30 templates, so
+ * every template meets every kind within 510 rows). */
 static const int kSmpSchedule[17] = {SMP_REAL,    SMP_REAL,   SMP_HOLES,   SMP_FLAT,
                                      SMP_REAL,    SMP_PLATEAU, SMP_HOLES,  SMP_REAL,
                                      SMP_FLAT,    SMP_REAL,   SMP_HOLES,   SMP_POSINF,
@@ -131,6 +131,11 @@ static const smpFilter kSmpTemplates[] = {
     {0.6f, 1000000, 1.0f, 0.0f}, /* top_k beyond |A| (off); -1 below (off) */
     {1e-3f, -1, 0.9f, 0.0f},     /* tiny T: scores up to ~1e4 */
     {2e-38f, 0, 0.9f, 0.0f},     /* scores overflow fp32: top-p skipped, lowest inf score */
+    {1e-42f, 0, 0.9f, 0.0f},     /* subnormal T: a negative flat row's scores all -inf, */
+    {1e-42f, 0, 1.0f, 0.0f},     /* where the token is the lowest index of K */
+    {1e-42f, 40, 1.0f, 0.0f},
+    {1e-42f, 300, 1.0f, 0.0f},
+    {1e-42f, 0, 1.0f, 0.1f},
 };
 #define SMP_NTEMPLATES ((int)(sizeof kSmpTemplates / sizeof kSmpTemplates[0]))
 
