@@ -568,6 +568,79 @@ static int testOverflowTie(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s)
   return 0;
 }
 
+/* Rows whose every score overflows downwards: logits in [-3, -2) (about one
+ * in 8 -inf) at T = 1e-42, where the race's bound does not prune, and at
+ * 5e-39, where it does (the lean pass for 16-bit rows without logprobs):
+ * every kept score is -inf, so the token is the lowest index of K, with its
+ * logprob (the spec's ties; top-p skipped as for +inf). Row r takes the
+ * filter r % 6 of the list below; tokens and logprobs against the
+ * reference, then tokens without logprobs. The reference's tokens must differ
+ * from the rows' lowest valid index and from their argmax somewhere, or the
+ * rows could not tell those answers apart. */
+static int testNegOverflow(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64_t R,
+                           cudaStream_t s) {
+  static const smpFilter kF[] = {{1.f, 0, 1.f, 0.f},  {1.f, 5, 1.f, 0.f},    {1.f, 100, 1.f, 0.f},
+                                 {1.f, 0, 1.f, 0.1f}, {1.f, 0, 0.9f, 0.f}, {1.f, 5, 0.9f, 0.1f}};
+  static const float kT[] = {1e-42f, 5e-39f};
+  const int nf = (int)(sizeof kF / sizeof kF[0]);
+  const smpSpec spec = smpSpecArrays(0);
+  smpHost h;
+  smpDev d;
+  Res res;
+  if (smpHostAlloc(&h, R, V, dtype) || smpDevAlloc(&d, R, V, dtype) || resAlloc(&res, R)) return 1;
+  uint64_t g = 0x6e65676f766572ull;
+  for (int64_t r = 0; r < R; ++r) {
+    float* x = h.row + (size_t)r * (size_t)V;
+    for (int64_t i = 0; i < V; ++i)
+      x[i] = (fxSplitmix(&g) & 7u) == 0u ? -INFINITY : (float)(-3.0 + fxUnif01(&g));
+    smpRoundRow(&h, r);
+    h.seed[r] = fxSplitmix(&g);
+    h.offset[r] = fxSplitmix(&g);
+    h.kind[r] = SMP_REAL;
+    h.tmpl[r] = 0;
+  }
+  long not_lowest = 0, not_argmax = 0;
+  char what[160];
+  for (int ti = 0; ti < 2; ++ti) {
+    for (int64_t r = 0; r < R; ++r) {
+      smpFilter f = kF[r % nf];
+      f.T = kT[ti];
+      smpSetFilter(&h, r, f);
+    }
+    if (smpDevUpload(&d, &h, 0, R, 0, s) || smpRef(&h, &spec, 0, R, V, res.rtok, res.rlp)) return 1;
+    if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok, res.lp)) return 1;
+    snprintf(what, sizeof what, "%s, scores all -inf at T = %g", dpsDataTypeName(dtype),
+             (double)kT[ti]);
+    long bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok, res.lp, res.rtok, res.rlp, NULL);
+    FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
+    if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok2, NULL)) return 1;
+    bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok2, NULL, res.rtok, res.rlp, NULL);
+    FX_CHECK(bad == 0, "%s, without logprobs: %ld of %lld rows wrong", what, bad, (long long)R);
+    for (int64_t r = 0; r < R; ++r) {
+      const float* x = h.row + (size_t)r * (size_t)V;
+      int64_t lo = -1, am = -1;
+      for (int64_t i = 0; i < V; ++i) {
+        if (!(x[i] > -INFINITY)) continue;
+        if (lo < 0) lo = i;
+        if (am < 0 || x[i] > x[am]) am = i;
+      }
+      not_lowest += res.rtok[r] != lo;
+      not_argmax += res.rtok[r] != am;
+    }
+  }
+  FX_CHECK(not_lowest > 0 && not_argmax > 0,
+           "scores all -inf: the reference's tokens are the lowest valid index in all but %ld "
+           "and the argmax in all but %ld of %lld rows: the rows cannot tell them apart",
+           not_lowest, not_argmax, (long long)(2 * R));
+  smpDevFree(&d);
+  smpHostFree(&h);
+  resFree(&res);
+  printf("    %s rows whose scores are all -inf: the reference's tokens, %lld rows x 2 "
+         "temperatures (%ld not the lowest valid index, %ld not the argmax)\n",
+         dpsDataTypeName(dtype), (long long)R, not_lowest, not_argmax);
+  return 0;
+}
+
 /* min-p's bound is the row's largest logit, wherever the race prunes. bf16
  * rows of V = 32768: 0, but -inf on [15360, 16384) and [31744, 32768) and
  * 1.0 at 32000. T = 1, min_p = 0.5: exp(-1) < 0.5, so min-p keeps 32000
@@ -826,6 +899,7 @@ static int body(dpsBackend_t backend) {
     if (ci == 0 && testBadArgs(comm, &h, &d, &res, capacity, s)) return 1;
     if (ci == 0 && testPaths(comm, c->V, c->dtype, &res, s)) return 1;
     if (c->dtype == dpsFloat32 && testOverflowTie(comm, c->V, c->rows, s)) return 1;
+    if (testNegOverflow(comm, c->V, c->dtype, c->rows < 96 ? c->rows : 96, s)) return 1;
     if (ci < 2 && testGraph(comm, &h, &d, &res, tag, s)) return 1;
     smpDevFree(&d);
     smpHostFree(&h);
