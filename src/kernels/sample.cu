@@ -73,10 +73,11 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   if (q.T == 0.f) return finish(h.aidx, h.lmax, PATH_GREEDY);
   if (h.lmax == INFINITY) return finish(h.aidx, h.lmax, PATH_FAST); /* logprob NaN */
   /* valid columns; a lean row's record has no count (only min-p reads it
-   * below): its valid candidates, one more when they fill the list (then
-   * maybe more exist, which the min-p test below takes as possible) */
+   * below: a lean row has no top-k): its valid candidates, one more when
+   * they fill the list (then maybe more exist, which the min-p test below
+   * takes as possible); a temperature-only row does not read the list */
   long long nA = h.cnt;
-  if (leanRow(a, q)) {
+  if (leanRow(a, q) && q.min_p > 0.f) {
     const bool v0 = lane < a.cand && packedKey(sel[lane]) > KEY_NEG_INF;
     const bool v1 = lane + 32 < a.cand && packedKey(sel[lane + 32]) > KEY_NEG_INF;
     nA = __popc(__ballot_sync(0xffffffffu, v0)) + __popc(__ballot_sync(0xffffffffu, v1));
