@@ -27,10 +27,24 @@ __device__ __forceinline__ void count(const dpsSampleArgs& a, int path) {
   atomicAdd(c, 1ull);
 }
 
+/* The logprob as (val - lmax) - lse_rel: the difference of two floats is
+ * exact in double, so that a row whose maximum dwarfs its log-sum (a row of
+ * -FLT_MAX masks) keeps the log-sum's few nats. */
 __device__ __forceinline__ void writeToken(const dpsSampleArgs& a, long long row, uint32_t idx,
-                                           float val, double lse) {
+                                           float val, float lmax, double lse_rel) {
   a.tokens[row] = (int64_t)idx;
-  if (a.logprobs) a.logprobs[row] = (float)((double)val - lse);
+  if (a.logprobs) a.logprobs[row] = (float)(((double)val - (double)lmax) - lse_rel);
+}
+
+/* logsumexp over A less lmax, from the sum of exp(l) (T = 1): in units of
+ * the maximum's own term (its y + ylo as the first pass summed it), so that
+ * the term's rounding and clamp at large logits cancel: beyond about 2.3e7
+ * y carries no residual and beyond 1.2e13 it is clamped, where the sum's
+ * log less lmax * log2(e) was off by up to its whole rounding. NaN for a
+ * +inf maximum (log_softmax's inf - inf). */
+__device__ __forceinline__ double lseRel(const Hdr& h) {
+  if (h.lmax == INFINITY) return NAN;
+  return (zLog2(h.zraw) - 16.0 * dpsZsYOf(h.lmax, dpsZsScaleOf(1.f))) * 0.6931471805599453;
 }
 
 /* Whether the row's first pass is the lean one (FirstVisit's LEAN): a race
@@ -55,10 +69,9 @@ __device__ __forceinline__ bool minpKeepsWinner(const Hdr& h, const RowP& q) {
 __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, const Hdr& h,
                       const u64* sel, bool bad, SState* st) {
   const int lane = threadIdx.x & 31;
-  double lse = NAN;
-  if (a.want_logprob) lse = h.lmax == INFINITY ? NAN : zLog2(h.zraw) * 0.6931471805599453;
+  const double lse_rel = a.want_logprob ? lseRel(h) : NAN;
   auto finish = [&](uint32_t idx, float val, int path) {
-    if (lane == 0 && !bad) writeToken(a, row, idx, val, lse);
+    if (lane == 0 && !bad) writeToken(a, row, idx, val, h.lmax, lse_rel);
     return path;
   };
   if (h.cnt == 0u) {
@@ -102,7 +115,7 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
   s.T = q.T;
   s.top_p = q.top_p;
   s.mc = ms.c;
-  s.lse = lse;
+  s.lse_rel = lse_rel;
   s.seed = q.seed;
   s.offset = q.offset;
   s.topp_after = topp;
@@ -235,12 +248,16 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
     if (h.ridx != NO_INDEX && orderKey(h.rval) >= s.mpkey) return finish(h.ridx, h.rval, PATH_FAST);
     return exact(MODE_RACE);
   }
-  if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
-    /* S is every valid index: Z from the first pass's buckets, in massTerm's
-     * scale (2^40 at the maximum, whose y + ylo the first pass summed) */
+  /* S is every valid index: Z from the first pass's buckets, in massTerm's
+   * scale (2^40 at the maximum, whose y + ylo the first pass summed). Only
+   * where every term that counts (y within 4 buckets of the maximum's) had
+   * its residual: beyond 2^21 y is rounded to a quarter or more, 16 times
+   * that in a term's log2, which massTerm's prefix would compare with a Z
+   * off by as much (scores beyond about 2.3e7: the exact path's masses) */
+  const double ymax = dpsZsYOf(h.lmax, dpsZsScaleOf(q.T));
+  if (!topk_on && !minp_on && h.zs.b != ZB_NONE && fabs(ymax) + 4.0 < (double)DPS_ZACC_EXACT) {
     const u64 Zf = zFixed(h.zs);
-    const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) -
-                      16.0 * dpsZsYOf(h.lmax, dpsZsScaleOf(q.T));
+    const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) - 16.0 * ymax;
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
     const u64 P = ceilMass((double)q.top_p * z);
@@ -331,7 +348,7 @@ __device__ void exactLocal(const dpsSampleArgs& a, long long row, SState* st, bo
   float bk, bv;
   uint32_t bi;
   racePass(*st, rowp, a.dtype, a.col0, 0, a.nvalid, 0, xf, &bk, &bi, &bv);
-  if (threadIdx.x == 0 && !bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st->lse);
+  if (threadIdx.x == 0 && !bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st->lmax, st->lse_rel);
 }
 
 /* The draw of a row from its merged first record (in shared memory): the
@@ -610,7 +627,7 @@ __device__ void exactSplitRow(const dpsSampleArgs& a, long long row, SState& st,
         bv = win[c].z;
       }
     }
-    writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st.lse);
+    writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, st.lmax, st.lse_rel);
   }
 }
 
@@ -774,7 +791,7 @@ __device__ __forceinline__ bool mergeItem(const dpsSampleArgs& a, long long row,
           bv = __uint_as_float(w[2]);
         }
       }
-      if (!bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, s_st.lse);
+      if (!bad) writeToken(a, row, bi == NO_INDEX ? 0u : bi, bv, s_st.lmax, s_st.lse_rel);
       s_st.mode = MODE_DONE;
       *stateOf(a, row) = s_st;
     }

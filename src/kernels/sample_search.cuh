@@ -23,7 +23,7 @@ struct SState {
   u64 P;           /* P: kept indices have a mass before them below P */
   float lmax, T, top_p;
   float mc; /* massTerm's log2(e) / T (massScale): set once, by decide() */
-  double lse;
+  double lse_rel; /* logprob: logsumexp over A less lmax (lseRel) */
   u64 seed, offset;
   uint32_t quota[DPS_PEER_MAX_RANKS];
 };
