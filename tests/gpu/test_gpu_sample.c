@@ -43,6 +43,7 @@
  * DPS_TEST_SMALL=1 runs small shapes only (compute-sanitizer).
  * Usage: test_gpu_sample [nccl|onesided|all] */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -641,6 +642,99 @@ static int testNegOverflow(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64
   return 0;
 }
 
+/* Scores whose fp32 products with log2(e) / 16 lose their residual (beyond
+ * about 2.3e7) or clamp (beyond 1.2e13), against the reference, with and
+ * without logprobs. fp32 and bf16 (fp16 cannot hold such logits); three
+ * kinds of row:
+ *  0: values in [-3, 0) (an eighth -inf) and one logit H in {3e7, 1e9, 3e9,
+ *     1e10, 1e20} at a random column, or -1e10 alone (every other -inf): the
+ *     logprob of the maximum is about 0 (the sum's log was off by up to the
+ *     rounding of H's product: +90 nats at 3e9, -3.4e38 for a mask row);
+ *  1: every valid value the dtype's lowest (a row of masks), an eighth -inf:
+ *     the logprob is -ln |A| (a log-sum added to -3.4e38 before was lost);
+ *  2 (fp32 only): b at column c0 and b - j u at c0 + i for i in 1..199
+ *     (j = (i - 1) % 5 + 1, u the spacing of floats at b), the rest -inf, at
+ *     T = u / 4 or u / 2 (score gaps of 4 j or 2 j, all exact; scores about
+ *     5e7 to 1e8), top-p 0.9 or 0.5: the first pass's bucket sums round
+ *     these terms by up to 2^4, and a Z taken from them kept 4 of the
+ *     nucleus' 33 indices (a review's row); the reference's tokens must go
+ *     beyond c0 + 15 somewhere.
+ * T = 0 (greedy: the logprob alone), 0.7 and 1 on kinds 0 and 1. */
+static int testHugeScores(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64_t R,
+                          cudaStream_t s) {
+  static const float kH[] = {3e7f, 1e9f, 3e9f, 1e10f, 1e20f, -1e10f};
+  static const smpFilter kF[] = {{1.f, 0, 1.f, 0.f}, {1.f, 5, 1.f, 0.f}, {1.f, 0, 0.9f, 0.f},
+                                 {1.f, 0, 1.f, 0.1f}, {1.f, 300, 0.9f, 0.f}};
+  static const float kT[] = {0.f, 0.7f, 1.f};
+  static const float kBase[] = {26.f, 20.f, 27.f, 100.f, 3.f};
+  const int kinds = dtype == dpsFloat32 ? 3 : 2;
+  const float lowest = dtype == dpsFloat32 ? -FLT_MAX : -3.38953139e38f; /* bf16's lowest */
+  const smpSpec spec = smpSpecArrays(0);
+  smpHost h;
+  smpDev d;
+  Res res;
+  if (smpHostAlloc(&h, R, V, dtype) || smpDevAlloc(&d, R, V, dtype) || resAlloc(&res, R)) return 1;
+  uint64_t g = 0x6875676573636f72ull;
+  int64_t* c0 = (int64_t*)malloc((size_t)R * sizeof *c0);
+  FX_CHECK(c0 != NULL, "host alloc");
+  for (int64_t r = 0; r < R; ++r) {
+    float* x = h.row + (size_t)r * (size_t)V;
+    const int kind = (int)(r % kinds);
+    smpFilter f = kF[(r / kinds) % 5];
+    f.T = kT[(r / kinds / 5) % 3];
+    c0[r] = -1;
+    if (kind == 0) {
+      const float H = kH[(r / kinds) % 6];
+      const int64_t at = (int64_t)(fxSplitmix(&g) % (uint64_t)V);
+      for (int64_t i = 0; i < V; ++i)
+        x[i] = H < 0.f || (fxSplitmix(&g) & 7u) == 0u ? -INFINITY : (float)(-3.0 + 3.0 * fxUnif01(&g));
+      x[at] = H;
+    } else if (kind == 1) {
+      for (int64_t i = 0; i < V; ++i) x[i] = (fxSplitmix(&g) & 7u) == 0u ? -INFINITY : lowest;
+    } else {
+      const float b = kBase[(r / kinds) % 5];
+      const float u = nextafterf(b, INFINITY) - b;
+      c0[r] = (int64_t)(fxSplitmix(&g) % (uint64_t)(V - 200));
+      for (int64_t i = 0; i < V; ++i) x[i] = -INFINITY;
+      x[c0[r]] = b;
+      for (int64_t i = 1; i < 200; ++i) x[c0[r] + i] = b - (float)((i - 1) % 5 + 1) * u;
+      f.T = (r / kinds) % 2 ? u / 4.f : u / 2.f;
+      f.top_k = 0;
+      f.min_p = 0.f;
+      f.top_p = (r / kinds / 2) % 2 ? 0.5f : 0.9f;
+    }
+    smpRoundRow(&h, r);
+    h.seed[r] = fxSplitmix(&g);
+    h.offset[r] = fxSplitmix(&g);
+    h.kind[r] = SMP_REAL;
+    h.tmpl[r] = 0;
+    smpSetFilter(&h, r, f);
+  }
+  if (smpDevUpload(&d, &h, 0, R, 0, s) || smpRef(&h, &spec, 0, R, V, res.rtok, res.rlp)) return 1;
+  if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok, res.lp)) return 1;
+  char what[96];
+  snprintf(what, sizeof what, "%s, scores beyond 2.3e7", dpsDataTypeName(dtype));
+  long bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok, res.lp, res.rtok, res.rlp, NULL);
+  FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
+  if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok2, NULL)) return 1;
+  bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok2, NULL, res.rtok, res.rlp, NULL);
+  FX_CHECK(bad == 0, "%s, without logprobs: %ld of %lld rows wrong", what, bad, (long long)R);
+  long deep = 0, kind2 = 0;
+  for (int64_t r = 0; r < R; ++r)
+    if (c0[r] >= 0) kind2++, deep += res.rtok[r] > c0[r] + 15;
+  FX_CHECK(kinds < 3 || deep > 0,
+           "%s: the reference drew none of the near-ties' rows beyond its 16th column: the test "
+           "cannot tell a short nucleus", what);
+  free(c0);
+  smpDevFree(&d);
+  smpHostFree(&h);
+  resFree(&res);
+  printf("    %s rows with scores beyond 2.3e7: the reference's tokens and logprobs, %lld rows "
+         "(%ld of %ld near-tie rows drawn beyond the 16th column)\n",
+         dpsDataTypeName(dtype), (long long)R, deep, kind2);
+  return 0;
+}
+
 /* min-p's bound is the row's largest logit, wherever the race prunes. bf16
  * rows of V = 32768: 0, but -inf on [15360, 16384) and [31744, 32768) and
  * 1.0 at 32000. T = 1, min_p = 0.5: exp(-1) < 0.5, so min-p keeps 32000
@@ -900,6 +994,8 @@ static int body(dpsBackend_t backend) {
     if (ci == 0 && testPaths(comm, c->V, c->dtype, &res, s)) return 1;
     if (c->dtype == dpsFloat32 && testOverflowTie(comm, c->V, c->rows, s)) return 1;
     if (testNegOverflow(comm, c->V, c->dtype, c->rows < 96 ? c->rows : 96, s)) return 1;
+    if (c->dtype != dpsFloat16 && testHugeScores(comm, c->V, c->dtype, c->rows < 120 ? c->rows : 120, s))
+      return 1;
     if (ci < 2 && testGraph(comm, &h, &d, &res, tag, s)) return 1;
     smpDevFree(&d);
     smpHostFree(&h);
