@@ -569,6 +569,21 @@ static int testOverflowTie(dpsComm_t comm, int64_t V, int64_t R, cudaStream_t s)
   return 0;
 }
 
+/* Rows [0, R) of h against the reference: uploaded, drawn with and without
+ * logprobs; every token (and logprob) the reference's. */
+static int checkRowsRef(dpsComm_t comm, smpHost* h, smpDev* d, Res* res, int64_t R, int64_t V,
+                        const char* what, cudaStream_t s) {
+  const smpSpec spec = smpSpecArrays(0);
+  if (smpDevUpload(d, h, 0, R, 0, s) || smpRef(h, &spec, 0, R, V, res->rtok, res->rlp)) return 1;
+  if (sampleCall(comm, d, &spec, 0, R, V, s, res->tok, res->lp)) return 1;
+  long bad = smpCheckRef(what, h, &spec, 0, R, V, res->tok, res->lp, res->rtok, res->rlp, NULL);
+  FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
+  if (sampleCall(comm, d, &spec, 0, R, V, s, res->tok2, NULL)) return 1;
+  bad = smpCheckRef(what, h, &spec, 0, R, V, res->tok2, NULL, res->rtok, res->rlp, NULL);
+  FX_CHECK(bad == 0, "%s, without logprobs: %ld of %lld rows wrong", what, bad, (long long)R);
+  return 0;
+}
+
 /* Rows whose every score overflows downwards: logits in [-3, -2) (about one
  * in 8 -inf) at T = 1e-42, where the race's bound does not prune, and at
  * 5e-39, where it does (the lean pass for 16-bit rows without logprobs):
@@ -584,7 +599,6 @@ static int testNegOverflow(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64
                                  {1.f, 0, 1.f, 0.1f}, {1.f, 0, 0.9f, 0.f}, {1.f, 5, 0.9f, 0.1f}};
   static const float kT[] = {1e-42f, 5e-39f};
   const int nf = (int)(sizeof kF / sizeof kF[0]);
-  const smpSpec spec = smpSpecArrays(0);
   smpHost h;
   smpDev d;
   Res res;
@@ -608,15 +622,9 @@ static int testNegOverflow(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64
       f.T = kT[ti];
       smpSetFilter(&h, r, f);
     }
-    if (smpDevUpload(&d, &h, 0, R, 0, s) || smpRef(&h, &spec, 0, R, V, res.rtok, res.rlp)) return 1;
-    if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok, res.lp)) return 1;
     snprintf(what, sizeof what, "%s, scores all -inf at T = %g", dpsDataTypeName(dtype),
              (double)kT[ti]);
-    long bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok, res.lp, res.rtok, res.rlp, NULL);
-    FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
-    if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok2, NULL)) return 1;
-    bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok2, NULL, res.rtok, res.rlp, NULL);
-    FX_CHECK(bad == 0, "%s, without logprobs: %ld of %lld rows wrong", what, bad, (long long)R);
+    if (checkRowsRef(comm, &h, &d, &res, R, V, what, s)) return 1;
     for (int64_t r = 0; r < R; ++r) {
       const float* x = h.row + (size_t)r * (size_t)V;
       int64_t lo = -1, am = -1;
@@ -669,7 +677,6 @@ static int testHugeScores(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64_
   static const float kBase[] = {26.f, 20.f, 27.f, 100.f, 3.f};
   const int kinds = dtype == dpsFloat32 ? 3 : 2;
   const float lowest = dtype == dpsFloat32 ? -FLT_MAX : -3.38953139e38f; /* bf16's lowest */
-  const smpSpec spec = smpSpecArrays(0);
   smpHost h;
   smpDev d;
   Res res;
@@ -710,15 +717,9 @@ static int testHugeScores(dpsComm_t comm, int64_t V, dpsDataType_t dtype, int64_
     h.tmpl[r] = 0;
     smpSetFilter(&h, r, f);
   }
-  if (smpDevUpload(&d, &h, 0, R, 0, s) || smpRef(&h, &spec, 0, R, V, res.rtok, res.rlp)) return 1;
-  if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok, res.lp)) return 1;
   char what[96];
   snprintf(what, sizeof what, "%s, scores beyond 2.3e7", dpsDataTypeName(dtype));
-  long bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok, res.lp, res.rtok, res.rlp, NULL);
-  FX_CHECK(bad == 0, "%s: %ld of %lld rows wrong", what, bad, (long long)R);
-  if (sampleCall(comm, &d, &spec, 0, R, V, s, res.tok2, NULL)) return 1;
-  bad = smpCheckRef(what, &h, &spec, 0, R, V, res.tok2, NULL, res.rtok, res.rlp, NULL);
-  FX_CHECK(bad == 0, "%s, without logprobs: %ld of %lld rows wrong", what, bad, (long long)R);
+  if (checkRowsRef(comm, &h, &d, &res, R, V, what, s)) return 1;
   long deep = 0, kind2 = 0;
   for (int64_t r = 0; r < R; ++r)
     if (c0[r] >= 0) kind2++, deep += res.rtok[r] > c0[r] + 15;
