@@ -29,7 +29,7 @@ done
 OPS=sample_t,sample_t_lp,sample_minp,sample_kp,sample_p,sample_p_flat
 n=0
 for lib in base s35 s36 s36 s35 base; do
-  [ $((SECONDS-T0)) -gt 470 ] && { t "A/B stopped (time)"; break; }
+  [ $((SECONDS-T0)) -gt ${DEADLINE:-470} ] && { t "A/B stopped (time)"; break; }
   n=$((n+1)); f=$OUT/perf_${n}_$lib.txt
   t "perf $lib"; LD_LIBRARY_PATH=$C/$lib:$LD_LIBRARY_PATH $C/dps-perf -t 1 -b onesided --no-peak \
     --no-check -o $OPS -s 64x1x152064,1024x1x152064 > $f 2>&1
