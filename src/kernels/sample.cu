@@ -44,7 +44,10 @@ __device__ __forceinline__ void writeToken(const dpsSampleArgs& a, long long row
  * +inf maximum (log_softmax's inf - inf). */
 __device__ __forceinline__ double lseRel(const Hdr& h) {
   if (h.lmax == INFINITY) return NAN;
-  return (zLog2(h.zraw) - 16.0 * dpsZsYOf(h.lmax, dpsZsScaleOf(1.f))) * 0.6931471805599453;
+  const dpsZsScale one = dpsZsScaleOf(1.f);
+  float ylo;
+  const float y = dpsZsY(h.lmax, one.hi, one.lo, &ylo);
+  return dpsZsLog2Rel(h.zraw.b, zFixed(h.zraw), y, ylo) * 0.6931471805599453;
 }
 
 /* Whether the row's first pass is the lean one (FirstVisit's LEAN): a race
@@ -254,10 +257,14 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
    * its residual: beyond 2^21 y is rounded to a quarter or more, 16 times
    * that in a term's log2, which massTerm's prefix would compare with a Z
    * off by as much (scores beyond about 2.3e7: the exact path's masses) */
-  const double ymax = dpsZsYOf(h.lmax, dpsZsScaleOf(q.T));
-  if (!topk_on && !minp_on && h.zs.b != ZB_NONE && fabs(ymax) + 4.0 < (double)DPS_ZACC_EXACT) {
+  float ymax = INFINITY, ylo = 0.f;
+  if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
+    const dpsZsScale sc = dpsZsScaleOf(q.T);
+    ymax = dpsZsY(h.lmax, sc.hi, sc.lo, &ylo);
+  }
+  if (fabs((double)ymax) + 4.0 < (double)DPS_ZACC_EXACT) {
     const u64 Zf = zFixed(h.zs);
-    const double ex = (double)(16 * h.zs.b + 40 - DPS_ZACC_UNIT) - 16.0 * ymax;
+    const double ex = dpsZsBucketRel(h.zs.b, ymax, ylo) + (double)(40 - DPS_ZACC_UNIT);
     const double ie = floor(ex);
     const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
     const u64 P = ceilMass((double)q.top_p * z);

@@ -173,17 +173,8 @@ __device__ __forceinline__ Zb zOfAcc(const dpsZAcc& a) {
   return z;
 }
 
-/* The sum in units of 2^(16 b - DPS_ZACC_UNIT) (the buckets below b - 3 are
- * dropped: each of their terms weighs below 2^-44 of the largest). */
-__device__ __forceinline__ u64 zFixed(const Zb& z) {
-  return z.s0 + (z.s1 >> 16) + (z.s2 >> 32) + (z.s3 >> 48);
-}
-
-/* log2 of the sum, in double; -inf when empty. */
-__device__ __forceinline__ double zLog2(const Zb& z) {
-  if (z.b == ZB_NONE) return -INFINITY;
-  return (double)(16 * z.b - DPS_ZACC_UNIT) + log2((double)zFixed(z));
-}
+/* The sum in units of 2^(16 b - DPS_ZACC_UNIT) (dpsZsTotal). */
+__device__ __forceinline__ u64 zFixed(const Zb& z) { return dpsZsTotal(z.s0, z.s1, z.s2, z.s3); }
 
 /* ---- the record of the first pass ------------------------------------------------ */
 struct Hdr {

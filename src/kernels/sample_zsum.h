@@ -109,13 +109,28 @@ DPS_ZS_FN float dpsZsY(float x, float hi, float lo, float* ylo) {
   return !in ? -INFINITY : fminf(fmaxf(y, -DPS_ZACC_CLAMP), DPS_ZACC_CLAMP);
 }
 
-/* y + ylo of a value as dpsZsY gives it, in double: what a sum's term of
- * that value stands for (decide() takes the maximum's this way, so that its
- * term is 1 in the scale of the maximum whatever the rounding or clamp). */
-DPS_ZS_FN double dpsZsYOf(float x, dpsZsScale z) {
-  float ylo;
-  const float y = dpsZsY(x, z.hi, z.lo, &ylo);
-  return (double)y + (double)ylo;
+/* 16 (b - (y + ylo)): log2 of a unit of bucket b's sum (less DPS_ZACC_UNIT)
+ * in units of the term of y + ylo (dpsZsY's, of the row's maximum: its term
+ * is then 1 whatever the rounding or clamp). b - y first, exactly (b is the
+ * floor of the largest y, within a bucket of this one): 16 b and 16 y reach
+ * 2^44 at the clamp (masks of -FLT_MAX), where a double would keep the log of
+ * the sum to 2^-8 only. */
+DPS_ZS_FN double dpsZsBucketRel(long long b, float y, float ylo) {
+  return 16.0 * (((double)b - (double)y) - (double)ylo);
+}
+
+/* The fixed-point total of the sums by bucket s[k] (bucket b - k), in units
+ * of 2^(16 b - DPS_ZACC_UNIT): the buckets below b - 3 are dropped (each of
+ * their terms weighs below 2^-44 of the largest). */
+DPS_ZS_FN uint64_t dpsZsTotal(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
+  return s0 + (s1 >> 16) + (s2 >> 32) + (s3 >> 48);
+}
+
+/* log2 of a sum (top bucket b, fixed-point total) in units of the term of
+ * y + ylo (dpsZsBucketRel); -inf for the empty sum. */
+DPS_ZS_FN double dpsZsLog2Rel(long long b, uint64_t total, float y, float ylo) {
+  if (b == DPS_ZACC_NONE) return -INFINITY;
+  return dpsZsBucketRel(b, y, ylo) - DPS_ZACC_UNIT + log2((double)total);
 }
 
 DPS_ZS_FN void dpsZAccInit(dpsZAcc* z) {

@@ -149,29 +149,36 @@ static float gen(int kind, int i, int n, double c) {
   }
 }
 
-/* 3: a value's own sum, taken to its scale by dpsZsYOf (as decide() takes the
- * row's maximum), is 1: also where y is rounded without its residual (|y| >=
- * 2^21, tiny T) or clamped (2^40). */
+/* 3: n copies of a value, their sum taken to the value's own scale by
+ * dpsZsLog2Rel (as lseRel and decide() take the row's maximum), is log2 n:
+ * also where y is rounded without its residual (|y| >= 2^21, tiny T) or
+ * clamped (2^40, as -FLT_MAX at T = 1 gives, where 16 b and 16 y are 2^44
+ * and log2 n must not be rounded to a double's 2^-8 there). */
 static int checkScaleOfMax(void) {
-  static const float kX[] = {23.5f, -23.5f, 0.0f, 1e-3f, 7.0f, 30.0f, -1e9f, 3e38f};
+  static const float kX[] = {23.5f, -23.5f, 0.0f, 1e-3f, 7.0f, 30.0f, -1e9f, 3e38f, -FLT_MAX};
   static const float kT[] = {1.0f, 0.7f, 1e-3f, 1e-6f, 1e-7f, 1e-9f, 1e-13f, 1e30f};
+  static const int kN[] = {1, 3, 1000, 28001};
+  static float ys[28001], los[28001];
   for (size_t i = 0; i < sizeof kX / sizeof kX[0]; ++i)
-    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k) {
-      const dpsZsScale sc = dpsZsScaleOf(kT[k]);
-      float lo;
-      const float y = dpsZsY(kX[i], sc.hi, sc.lo, &lo);
-      if (!(y > -INFINITY)) continue; /* no part: such a row goes exact */
-      dpsZAcc z;
-      dpsZAccInit(&z);
-      dpsZAccAdd(&z, &y, &lo, 1);
-      long long b;
-      uint64_t s[4];
-      dpsZAccSums(&z, &b, s);
-      const double got = (double)(16 * b - DPS_ZACC_UNIT) + log2((double)s[0]) -
-                         16.0 * dpsZsYOf(kX[i], sc);
-      FX_CHECK(fabs(got) <= 1e-6, "the maximum %g at T = %g: log2 of its term in its own "
-               "scale %.3g (want 0)", (double)kX[i], (double)kT[k], got);
-    }
+    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k)
+      for (size_t j = 0; j < sizeof kN / sizeof kN[0]; ++j) {
+        const dpsZsScale sc = dpsZsScaleOf(kT[k]);
+        float lo;
+        const float y = dpsZsY(kX[i], sc.hi, sc.lo, &lo);
+        if (!(y > -INFINITY)) continue; /* no part: such a row goes exact */
+        for (int t = 0; t < kN[j]; ++t) ys[t] = y, los[t] = lo;
+        dpsZAcc z;
+        dpsZAccInit(&z);
+        dpsZAccAdd(&z, ys, los, kN[j]);
+        long long b;
+        uint64_t s[4];
+        dpsZAccSums(&z, &b, s);
+        const double got =
+            dpsZsLog2Rel(b, dpsZsTotal(s[0], s[1], s[2], s[3]), y, lo) - log2((double)kN[j]);
+        FX_CHECK(fabs(got) <= 1e-6, "%d copies of %g at T = %g: log2 of their sum in the "
+                 "value's own scale less log2 %d: %.3g (want 0)", kN[j], (double)kX[i],
+                 (double)kT[k], kN[j], got);
+      }
   /* T below about 2.6e-40 (the factor beyond FLT_MAX): no element takes part */
   const dpsZsScale sub = dpsZsScaleOf(1e-42f);
   FX_CHECK(sub.hi == INFINITY && sub.lo == 0.f, "T = 1e-42: the factor %g + %g (want inf + 0)",
