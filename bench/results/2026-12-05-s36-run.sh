@@ -19,6 +19,14 @@ C=/tmp/c36; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s36/all.tar.xz -C $C
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 t "test_gpu_sample (s36)"; $C/new36/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|FAIL|differ|wrong|beyond|all -inf" $OUT/sample.log | head -16 | cut -c1-260
+if [ -n "${MIN:-}" ]; then # the least that lands it: the sample tests, the new plant, vr's sample scenario
+  t "planted plant36 (must fail)"; $C/plant36/test_gpu_sample onesided > $OUT/plant36.log 2>&1; echo "rc=$?"
+  grep -E "passed \(|FAIL|differ|wrong" $OUT/plant36.log | head -4 | cut -c1-260
+  t "vr sample"; DPS_VR_SCENARIO=sample timeout 150 $C/new36/test_gpu_virtual_ranks > $OUT/vr_sample.log 2>&1; echo "rc=$?"
+  grep -E "total|FAIL|note" $OUT/vr_sample.log | head -8
+  t "verify"; $C/new36/test_gpu_verify all > $OUT/verify.log 2>&1; echo "rc=$?"; tail -1 $OUT/verify.log
+  t end; exit 0
+fi
 t "vr all"; timeout 250 $C/new36/test_gpu_virtual_ranks > $OUT/vr_all.log 2>&1; echo "rc=$?"
 grep -E "total|FAIL|note" $OUT/vr_all.log | head -8
 t "verify"; $C/new36/test_gpu_verify all > $OUT/verify.log 2>&1; echo "rc=$?"; tail -1 $OUT/verify.log
