@@ -386,12 +386,13 @@ dpsResult_t dpsVerifyChain(dpsComm_t comm, const void* logits, int64_t rows, int
                            int32_t** accept_index, int32_t** accept_length, float** logprobs,
                            cudaStream_t stream) {
   static const char* op = "verify_chain";
+  /* pad_bs before the rows it implies, so that the message names the caller's value */
+  if (comm != NULL && (pad_bs < 1 || pad_bs > comm->config.max_pad_bs))
+    return dpsSetError(dpsInvalidArgument, "%s: pad_bs=%d must be in [1, max_pad_bs=%d]", op,
+                       pad_bs, comm->config.max_pad_bs);
   DPS_CHECK(checkDrawCall(comm, op, logits, rows, cols, dtype, vocab_limit, params));
   const dpsConfig_t* cfg = &comm->config;
   const int n = cfg->num_tokens_per_req;
-  if (pad_bs < 1 || pad_bs > cfg->max_pad_bs)
-    return dpsSetError(dpsInvalidArgument, "%s: pad_bs=%d must be in [1, max_pad_bs=%d]", op,
-                       pad_bs, cfg->max_pad_bs);
   if (rows != (int64_t)pad_bs * n)
     return dpsSetError(dpsInvalidArgument,
                        "%s: rows=%" PRId64 " must be pad_bs*N = %d*%d = %" PRId64, op, rows,
@@ -452,8 +453,10 @@ dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
   if (stats == NULL) return dpsSetError(dpsInvalidArgument, "%s: stats is NULL", op);
   DPS_CHECK(dpsCheckOpen(comm, op));
-  memset(stats, 0, sizeof *stats);
-  if (comm->sample_mem == NULL) return dpsSuccess;
+  if (comm->sample_mem == NULL) { /* no draw yet */
+    memset(stats, 0, sizeof *stats);
+    return dpsSuccess;
+  }
   dpsDeviceGuard g;
   DPS_CHECK(comm->prov->device->enter(comm, &g));
   dpsSampleCounters c;
@@ -469,6 +472,7 @@ dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
   if (e != cudaSuccess)
     return dpsSetError(dpsCudaError, "%s: reading the counters failed: %s", op,
                        cudaGetErrorString(e));
+  memset(stats, 0, sizeof *stats); /* written only once the counters are read */
   stats->rows_greedy = c.rows_greedy;
   stats->rows_fast = c.rows_fast;
   stats->rows_exact = c.rows_exact;

@@ -20,8 +20,6 @@ dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits
                                int64_t cols, dpsDataType_t dtype, int64_t vocab_limit,
                                dpsSelectCall* call) {
   if (comm == NULL) return dpsSetError(dpsInvalidArgument, "%s: comm is NULL", op);
-  if (logits == NULL) return dpsSetError(dpsInvalidArgument, "%s: logits is NULL", op);
-  DPS_CHECK(dpsCheckLogitsDtype(op, dtype));
   const dpsConfig_t* c = &comm->config;
   if (c->tp_size > DPS_SHARD_MAX_RANKS)
     return dpsSetError(dpsUnavailable,
@@ -34,6 +32,9 @@ dpsResult_t dpsCheckShardCall(dpsComm_t comm, const char* op, const void* logits
     return dpsSetError(dpsInvalidArgument,
                        "%s: rows=%" PRId64 " must be in [1, max_pad_bs*N = %d*%d = %" PRId64 "]",
                        op, rows, c->max_pad_bs, c->num_tokens_per_req, max_rows);
+  /* after rows: an empty tensor's data pointer is often NULL, and rows=0 is the cause */
+  if (logits == NULL) return dpsSetError(dpsInvalidArgument, "%s: logits is NULL", op);
+  DPS_CHECK(dpsCheckLogitsDtype(op, dtype));
   if (cols != want_cols)
     return dpsSetError(dpsInvalidArgument,
                        "%s: logits is [%" PRId64 ", %" PRId64 "], expected [rows, V/tp] = "

@@ -683,6 +683,10 @@ static int testSampleChecks(void) {
                dpsInvalidArgument, "rows=193");
   FX_CHECK_ERR(dpsSample(comm, in_buf, 0, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
                dpsInvalidArgument, "rows=0");
+  FX_CHECK_ERR(dpsSample(comm, NULL, 0, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "rows=0");
+  FX_CHECK_ERR(dpsSample(comm, NULL, 8, 100, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "sample: logits is NULL");
   FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 400, dpsBfloat16, 400, &ok, (int64_t*)tok, NULL, NULL),
                dpsInvalidArgument, "expected [rows, V/tp]");
   FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 401, &ok, (int64_t*)tok, NULL, NULL),
@@ -697,6 +701,70 @@ static int testSampleChecks(void) {
   FX_CHECK_ERR(dpsSample(comm, in_buf, 8, (1 << 21) + 1, dpsBfloat16, cfg.vocab_size, &ok,
                          (int64_t*)tok, NULL, NULL),
                dpsInvalidArgument, "vocab_size=8388612");
+  FX_CHECK_OK(dpsCommDestroy(comm));
+  return 0;
+}
+
+/* dpsVerifyChain's argument checks on the host (the GPU test covers some of
+ * them with a device): each refused with the argument and its value named,
+ * no output pointer written, no step planned. N = 3, max_pad_bs = 64. */
+static int testVerifyChecks(void) {
+  memset(&rec, 0, sizeof rec);
+  dpsConfig_t cfg = config(dpsBfloat16);
+  dpsComm_t comm;
+  FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
+  static _Alignas(16) char cand[256 * 4], arr[256 * 8];
+  const int32_t* cd = (const int32_t*)cand;
+  const dpsSampleParams_t ok = DPS_SAMPLE_PARAMS_INITIALIZER;
+  dpsSampleParams_t twok = ok, badseed = ok, badt = ok;
+  twok.top_ks = (const int32_t*)arr;
+  twok.top_ks_i64 = (const int64_t*)arr;
+  badseed.seeds = (const uint64_t*)(arr + 4);
+  badt.temperature = -1.f;
+  const struct {
+    const char* what;
+    const void* logits;
+    int64_t rows;
+    int pad_bs;
+    const int32_t* cand;
+    const dpsSampleParams_t* params;
+    const int32_t* mask;
+    float cap;
+    int null_out; /* 1: predict NULL */
+    const char* needle;
+  } cases[] = {
+      {"pad_bs above max_pad_bs, rows its pad_bs*N", in_buf, 65 * 3, 65, cd, &ok, NULL, 0.f, 0,
+       "pad_bs=65 must be in [1, max_pad_bs=64]"},
+      {"pad_bs 0", in_buf, 6, 0, cd, &ok, NULL, 0.f, 0, "pad_bs=0"},
+      {"rows != pad_bs*N", in_buf, 7, 2, cd, &ok, NULL, 0.f, 0, "rows=7 must be pad_bs*N = 2*3"},
+      {"empty logits", NULL, 0, 2, cd, &ok, NULL, 0.f, 0, "rows=0"},
+      {"logits NULL", NULL, 6, 2, cd, &ok, NULL, 0.f, 0, "verify_chain: logits is NULL"},
+      {"params NULL", in_buf, 6, 2, cd, NULL, NULL, 0.f, 0, "params is NULL"},
+      {"two top_k arrays", in_buf, 6, 2, cd, &twok, NULL, 0.f, 0, "give at most one"},
+      {"seeds misaligned", in_buf, 6, 2, cd, &badseed, NULL, 0.f, 0, "params->seeds="},
+      {"temperature -1", in_buf, 6, 2, cd, &badt, NULL, 0.f, 0, "params->temperature=-1"},
+      {"candidates NULL", in_buf, 6, 2, NULL, &ok, NULL, 0.f, 0, "candidates is NULL"},
+      {"candidates misaligned", in_buf, 6, 2, (const int32_t*)(cand + 2), &ok, NULL, 0.f, 0,
+       "candidates="},
+      {"vocab_mask misaligned", in_buf, 6, 2, cd, &ok, (const int32_t*)(cand + 1), 0.f, 0,
+       "vocab_mask="},
+      {"softcap -1", in_buf, 6, 2, cd, &ok, NULL, -1.f, 0, "softcap=-1"},
+      {"softcap nan", in_buf, 6, 2, cd, &ok, NULL, NAN, 0, "softcap=nan"},
+      {"softcap inf", in_buf, 6, 2, cd, &ok, NULL, INFINITY, 0, "softcap=inf"},
+      {"predict NULL", in_buf, 6, 2, cd, &ok, NULL, 0.f, 1, "none may be NULL"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    int32_t *pr = SENTINEL, *ai = SENTINEL, *al = SENTINEL;
+    float* lp = SENTINEL;
+    FX_CHECK_ERR(dpsVerifyChain(comm, cases[i].logits, cases[i].rows, 100, dpsBfloat16, 400,
+                                cases[i].pad_bs, cases[i].cand, cases[i].params, cases[i].mask,
+                                cases[i].cap, cases[i].null_out ? NULL : &pr, &ai, &al, &lp,
+                                NULL),
+                 dpsInvalidArgument, cases[i].needle);
+    FX_CHECK(pr == SENTINEL && ai == SENTINEL && al == SENTINEL && lp == SENTINEL,
+             "%s: an output pointer was written", cases[i].what);
+  }
+  FX_CHECK(rec.records == 0, "refused calls planned %d steps", rec.records);
   FX_CHECK_OK(dpsCommDestroy(comm));
   return 0;
 }
@@ -823,6 +891,7 @@ int main(void) {
   fails += testGatherChecks();
   fails += testSelectOutputs();
   fails += testSampleChecks();
+  fails += testVerifyChecks();
   fails += testShardRankLimit();
   fails += testDtypeLock();
   fails += testOpMayBlock();
