@@ -114,7 +114,9 @@ def build_info():
 
 
 def _int_arg(name, value, hi=_INT32_MAX):
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):  # an int to Python, a flag to the caller: never a count
+        raise TypeError(f"{name} must be an int, got bool")
+    if not isinstance(value, int):
         try:
             import operator
 

@@ -702,6 +702,13 @@ def test_shard_methods_check_arguments_before_the_state():
         c.argmax(x, 0)
     with pytest.raises(TypeError, match="vocab_limit must be an int"):
         c.topk(x, 4, "all")
+    # bool is an int to Python; as a count or a limit it is a mistake
+    with pytest.raises(TypeError, match="k must be an int, got bool"):
+        c.topk(x, True)
+    with pytest.raises(TypeError, match="vocab_limit must be an int, got bool"):
+        c.argmax(x, True)
+    with pytest.raises(TypeError, match="pad_bs must be an int, got bool"):
+        c.verify_chain(x, x, pad_bs=True, temperature=0.0, seed=0, offset=0)
     with pytest.raises(ValueError, match="k=2147483648 is out of range"):
         c.topk(x, 2**31)
     with pytest.raises(ValueError, match=r"k=-\d+ must be >= 1"):
@@ -714,7 +721,7 @@ def test_shard_methods_check_arguments_before_the_state():
         lambda: c.argmax(x),
         lambda: c.argmax(x, 5, True),
         lambda: c.topk(x, 4),
-        lambda: c.topk(x, True, vocab_limit=7),
+        lambda: c.topk(x, 3, vocab_limit=7),
         lambda: c.sample(x, temperature=0.7, seed=-1, offset=2**63, top_k=50, top_p=0.9),
         lambda: c.verify_chain(x, x, pad_bs=8, temperature=0.0, seed=1, offset=2, softcap=30.0),
     ):
