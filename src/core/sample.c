@@ -271,8 +271,8 @@ static dpsResult_t checkDrawCall(dpsComm_t comm, const char* op, const void* log
   dpsSelectCall call;
   memset(&call, 0, sizeof call);
   DPS_CHECK(dpsCheckShardCall(comm, op, logits, rows, cols, dtype, vocab_limit, &call));
-  if (comm->config.vocab_size > DPS_SAMPLE_VOCAB_MAX)
-    return dpsSetError(dpsInvalidArgument,
+  if (comm->config.vocab_size > DPS_SAMPLE_VOCAB_MAX) /* the op's limit, as tp_size > 8 */
+    return dpsSetError(dpsUnavailable,
                        "%s: vocab_size=%" PRId64 " is above %lld (the fixed-point masses' range)",
                        op, comm->config.vocab_size, (long long)DPS_SAMPLE_VOCAB_MAX);
   return checkParams(op, params);
