@@ -23,8 +23,9 @@
  * and replayed. Every rank makes the same sequence of operation calls with
  * the same pad_bs, as with NCCL collectives. Outputs are persistent buffers
  * owned by the communicator, the same pointers on every call, valid until the
- * next call of the same operation. The onesided kernels use programmatic
- * dependent launch (sm_90+, DPSAMPLING_PDL=0 turns it off): a kernel that
+ * next call of the same operation. Our kernels use programmatic dependent
+ * launch where docs/api.md says (sm_90+, DPSAMPLING_PDL=0 turns it off; at
+ * tp = 1 every one, either backend): a kernel that
  * the application launches with programmatic stream serialization right
  * after one of ours must call cudaGridDependencySynchronize() before reading
  * our outputs. The reference of every function (its
@@ -154,8 +155,8 @@ DPS_API size_t dpsDataTypeSize(dpsDataType_t dtype);
 /* Checks a configuration with the rules every creation applies (tp_size >= 1,
  * 0 <= rank < tp_size, max_pad_bs >= 1 and divisible by tp_size, N >= 1,
  * vocab_size >= 1, below 2^32 and divisible by tp_size, valid dtype/backend,
- * 0 <= timeout_ms <= 86400000, 0 <= max_topk <= DPS_TOPK_MAX, sizes whose
- * byte counts fit in 64 bits). Does not touch the GPU. */
+ * 0 <= timeout_ms <= 86400000, 0 <= max_topk <= DPS_TOPK_MAX,
+ * max_pad_bs * N * vocab_size * 8 <= INT64_MAX). Does not touch the GPU. */
 DPS_API dpsResult_t dpsConfigCheck(const dpsConfig_t* config);
 
 /* Resolves a requested backend exactly as creation does: a non-empty

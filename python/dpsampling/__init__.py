@@ -804,7 +804,7 @@ class DistArgmaxState:
     created at the first call (when the shard width, hence V, is known;
     collective, outside CUDA-graph capture) on `device` (None: the current
     one); the caller's current device is left as it was. Needs no NVLink
-    multicast and runs at any tp, tp=1 included."""
+    multicast and runs at any tp up to 8, tp=1 included."""
 
     def __init__(self, group, rank_in_group, max_M, dtype, device=None):
         self.group, self._group_arg = _group_args(group)

@@ -430,9 +430,10 @@ const char doc_topk[] =
     "The k best of every row over the whole vocabulary, best first, from\n"
     "this rank's [rows, V/tp] shard: (values [rows, k] in the logits dtype,\n"
     "indices int64 [rows, k]), the order of torch.topk and of argmax; the\n"
-    "same ranking rules as argmax. 1 <= k <= 64. out_values / out_indices,\n"
-    "when given, are written in place and returned; the others are views of\n"
-    "the communicator's persistent outputs, valid until the next topk().";
+    "same ranking rules as argmax. 1 <= k <= min(64, vocab_limit).\n"
+    "out_values / out_indices, when given, are written in place and\n"
+    "returned; the others are views of the communicator's persistent\n"
+    "outputs, valid until the next topk().";
 
 PyObject* comm_topk(CommObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kw) {
   static const char* const names[] = {"local_logits", "k", "vocab_limit", "out_values",

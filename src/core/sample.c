@@ -455,6 +455,7 @@ dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
   DPS_CHECK(dpsCheckOpen(comm, op));
   if (comm->sample_mem == NULL) { /* no draw yet */
     memset(stats, 0, sizeof *stats);
+    dpsClearError();
     return dpsSuccess;
   }
   dpsDeviceGuard g;
