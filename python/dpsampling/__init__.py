@@ -752,8 +752,9 @@ def swap_batch_vocab(
 ):
     """[pad_bs*N, V/tp] -> a NEW tensor [pad_bs/tp*N, V] (the caller may keep it).
 
-    Same result as DpSamplingComm.swap_batch_vocab, over the nccl backend. Uses
-    a cached communicator per (group, N, V, dtype), grown when pad_bs exceeds
+    Same result as DpSamplingComm.swap_batch_vocab, over the nccl backend
+    (unless DPSAMPLING_BACKEND says otherwise). Uses a cached communicator
+    per (group, N, V, dtype, current device), grown when pad_bs exceeds
     its max_pad_bs, and copies its persistent output into a fresh tensor on
     torch's current stream. Collective: every rank of the group calls it.
     """
