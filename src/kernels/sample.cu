@@ -257,22 +257,22 @@ __device__ int decide(const dpsSampleArgs& a, long long row, const RowP& q, cons
    * its residual: beyond 2^21 y is rounded to a quarter or more, 16 times
    * that in a term's log2, which massTerm's prefix would compare with a Z
    * off by as much (scores beyond about 2.3e7: the exact path's masses) */
-  float ymax = INFINITY, ylo = 0.f;
   if (!topk_on && !minp_on && h.zs.b != ZB_NONE) {
     const dpsZsScale sc = dpsZsScaleOf(q.T);
-    ymax = dpsZsY(h.lmax, sc.hi, sc.lo, &ylo);
-  }
-  if (fabs((double)ymax) + 4.0 < (double)DPS_ZACC_EXACT) {
-    const u64 Zf = zFixed(h.zs);
-    const double ex = dpsZsBucketRel(h.zs.b, ymax, ylo) + (double)(40 - DPS_ZACC_UNIT);
-    const double ie = floor(ex);
-    const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
-    const u64 P = ceilMass((double)q.top_p * z);
-    int nk;
-    bool reached;
-    prefixKeep(ncand, P, &nk, &reached);
-    if (reached) return raceCand(nk);
-    return exact(MODE_P);
+    float ylo;
+    const float ymax = dpsZsY(h.lmax, sc.hi, sc.lo, &ylo);
+    if (fabs((double)ymax) + 4.0 < (double)DPS_ZACC_EXACT) {
+      const u64 Zf = zFixed(h.zs);
+      const double ex = dpsZsBucketRel(h.zs.b, ymax, ylo) + (double)(40 - DPS_ZACC_UNIT);
+      const double ie = floor(ex);
+      const double z = ldexp((double)Zf * exp2(ex - ie), (int)fmax(fmin(ie, 4000.0), -4000.0));
+      const u64 P = ceilMass((double)q.top_p * z);
+      int nk;
+      bool reached;
+      prefixKeep(ncand, P, &nk, &reached);
+      if (reached) return raceCand(nk);
+      return exact(MODE_P);
+    }
   }
   return exact(topk_on && q.k > ncand ? MODE_K : MODE_P);
 }
