@@ -157,16 +157,17 @@ static float gen(int kind, int i, int n, double c) {
 static int checkScaleOfMax(void) {
   static const float kX[] = {23.5f, -23.5f, 0.0f, 1e-3f, 7.0f, 30.0f, -1e9f, 3e38f, -FLT_MAX};
   static const float kT[] = {1.0f, 0.7f, 1e-3f, 1e-6f, 1e-7f, 1e-9f, 1e-13f, 1e30f};
-  static const int kN[] = {1, 3, 1000, 28001};
-  static float ys[28001], los[28001];
+  enum { NMAX = 28001 }; /* the largest n: a row of masks' valid count, not a power of two */
+  static const int kN[] = {1, 3, 1000, NMAX};
+  static float ys[NMAX], los[NMAX];
   for (size_t i = 0; i < sizeof kX / sizeof kX[0]; ++i)
-    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k)
+    for (size_t k = 0; k < sizeof kT / sizeof kT[0]; ++k) {
+      const dpsZsScale sc = dpsZsScaleOf(kT[k]);
+      float lo;
+      const float y = dpsZsY(kX[i], sc.hi, sc.lo, &lo);
+      if (!(y > -INFINITY)) continue; /* no part: such a row goes exact */
+      for (int t = 0; t < NMAX; ++t) ys[t] = y, los[t] = lo;
       for (size_t j = 0; j < sizeof kN / sizeof kN[0]; ++j) {
-        const dpsZsScale sc = dpsZsScaleOf(kT[k]);
-        float lo;
-        const float y = dpsZsY(kX[i], sc.hi, sc.lo, &lo);
-        if (!(y > -INFINITY)) continue; /* no part: such a row goes exact */
-        for (int t = 0; t < kN[j]; ++t) ys[t] = y, los[t] = lo;
         dpsZAcc z;
         dpsZAccInit(&z);
         dpsZAccAdd(&z, ys, los, kN[j]);
@@ -179,6 +180,7 @@ static int checkScaleOfMax(void) {
                  "value's own scale less log2 %d: %.3g (want 0)", kN[j], (double)kX[i],
                  (double)kT[k], kN[j], got);
       }
+    }
   /* T below about 2.6e-40 (the factor beyond FLT_MAX): no element takes part */
   const dpsZsScale sub = dpsZsScaleOf(1e-42f);
   FX_CHECK(sub.hi == INFINITY && sub.lo == 0.f, "T = 1e-42: the factor %g + %g (want inf + 0)",
