@@ -274,25 +274,30 @@ PyObject* make_capsule(Handle* owner, void* host_buf, void* ptr, int device_type
 PyObject* make_tensor(Handle* owner, void* ptr, int device, DLDataType dt, int ndim,
                       const int64_t* shape);
 
-/* Cached output views of one operation, indexed by pad_bs (0..n-1): the
- * outputs are persistent buffers, so the views made for a pad_bs serve every
- * later call with it. `key` holds the buffers they alias (unused entries
- * NULL); when an operation returns other buffers (never expected) the stale
- * views are dropped. Used with the GIL held. */
+/* Cached output views of one operation, indexed by pad_bs or rows (0..n-1):
+ * the outputs are persistent buffers, so the views made for a size serve
+ * every later call with it. `key` holds the buffers they alias (unused
+ * entries NULL); when an operation returns other buffers (never expected) the
+ * stale views are dropped. Sizes from VIEW_CACHE_MAX up are not cached (a
+ * new view each call) so that the array stays small for any configuration.
+ * Used with the GIL held. */
 #define VIEW_CACHE_KEYS 3
+#define VIEW_CACHE_MAX 65536
 typedef struct {
   PyObject** v; /* [n]; NULL entries: not made yet */
   int n;
   void* key[VIEW_CACHE_KEYS];
 } ViewCache;
 
-/* n entries, all empty; -1 (no exception set) when out of memory. */
-int view_cache_init(ViewCache* c, int n);
-/* The view for pad_bs i over the buffers `key` (a new reference), or NULL
- * (no exception set) when none is cached; drops stale views first. */
-PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int i);
-/* Caches v (stolen) for pad_bs i; returns a new reference to it. */
-PyObject* view_cache_put(ViewCache* c, int i, PyObject* v);
+/* min(n, VIEW_CACHE_MAX) entries, all empty; -1 (no exception set) when out
+ * of memory. */
+int view_cache_init(ViewCache* c, int64_t n);
+/* The view for size i over the buffers `key` (a new reference), or NULL (no
+ * exception set) when none is cached; drops stale views first. */
+PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int64_t i);
+/* Caches v (stolen) for size i where the cache has an entry for it; returns
+ * a new reference to v. */
+PyObject* view_cache_put(ViewCache* c, int64_t i, PyObject* v);
 /* Drops every view (may run Python code: a view's deleter). */
 void view_cache_clear(ViewCache* c);
 /* Moves the cache out of *c (left empty), so that the caller can drop it

@@ -267,7 +267,7 @@ static PyObject* comm_create(CommObject* self, PyObject* args) {
   memset(views, 0, sizeof views);
   int nomem = h == NULL;
   for (int i = 0; i < V_COUNT && !nomem; ++i)
-    nomem = view_cache_init(&views[i], max_pad_bs + 1) != 0;
+    nomem = view_cache_init(&views[i], (int64_t)max_pad_bs + 1) != 0;
   if (nomem) {
     free(h);
     free_views(views);

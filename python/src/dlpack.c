@@ -239,25 +239,28 @@ PyObject* tensor_fast_path(PyObject* mod, PyObject* const* args, Py_ssize_t narg
 /* ------------------------------------------------------------------------- */
 /* Cached output views                                                        */
 
-int view_cache_init(ViewCache* c, int n) {
+int view_cache_init(ViewCache* c, int64_t n) {
   memset(c, 0, sizeof *c);
+  if (n > VIEW_CACHE_MAX) n = VIEW_CACHE_MAX;
   c->v = PyMem_Calloc((size_t)n, sizeof(PyObject*));
   if (c->v == NULL) return -1;
-  c->n = n;
+  c->n = (int)n;
   return 0;
 }
 
-PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int i) {
+PyObject* view_cache_get(ViewCache* c, void* const key[VIEW_CACHE_KEYS], int64_t i) {
   if (memcmp(c->key, key, sizeof c->key) != 0) { /* new buffers: drop stale views */
     view_cache_clear(c);
     memcpy(c->key, key, sizeof c->key);
   }
+  if (i < 0 || i >= c->n) return NULL;
   PyObject* v = c->v[i];
   Py_XINCREF(v);
   return v;
 }
 
-PyObject* view_cache_put(ViewCache* c, int i, PyObject* v) {
+PyObject* view_cache_put(ViewCache* c, int64_t i, PyObject* v) {
+  if (i < 0 || i >= c->n) return v; /* not cached: the stolen reference is the caller's */
   Py_XSETREF(c->v[i], v);
   Py_INCREF(v);
   return v;

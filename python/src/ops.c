@@ -20,7 +20,7 @@ int logits_arg(CommObject* self, PyObject* x, int* dt, TArg* a) {
 
 /* The cached view [d0] (d1 == 0) or [d0, d1] of `ptr` in ViewCache `c`,
  * entry i, keyed by ptr alone. */
-static PyObject* buffer_view(ViewCache* c, Handle* h, int device, void* ptr, int i, Dt dt,
+static PyObject* buffer_view(ViewCache* c, Handle* h, int device, void* ptr, int64_t i, Dt dt,
                              int64_t d0, int64_t d1) {
   void* key[VIEW_CACHE_KEYS] = {ptr};
   PyObject* v = view_cache_get(c, key, i);
@@ -80,7 +80,7 @@ static int64_t slot_bytes(const CommObject* self, int slot) {
 static int slot_reserve(CommObject* self, int slot) {
   OutSlot* s = &self->outs[slot];
   if (s->base != NULL) return 0;
-  if (s->views.v == NULL && view_cache_init(&s->views, self->max_pad_bs * self->n + 1) != 0) {
+  if (s->views.v == NULL && view_cache_init(&s->views, (int64_t)self->max_pad_bs * self->n + 1) != 0) {
     PyErr_NoMemory();
     return -1;
   }
@@ -123,11 +123,11 @@ static PyObject* slot_view(CommObject* self, int slot, Dt dt, int64_t rows, int 
   OutSlot* s = &self->outs[slot];
   if (slot_reserve(self, slot) != 0) return NULL;
   void* key[VIEW_CACHE_KEYS] = {s->base, (void*)(intptr_t)(dt + 1), (void*)(intptr_t)k};
-  PyObject* v = view_cache_get(&s->views, key, (int)rows);
+  PyObject* v = view_cache_get(&s->views, key, rows);
   if (v != NULL) return v;
   v = slot_make_view(s, dt, rows, k);
   if (v == NULL) return NULL;
-  return view_cache_put(&s->views, (int)rows, v);
+  return view_cache_put(&s->views, rows, v);
 }
 
 int out_tensor(CommObject* self, PyObject* t, const char* name, int slot, Dt want, int64_t rows,

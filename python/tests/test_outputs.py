@@ -141,6 +141,26 @@ def test_persistent_outputs_are_the_same_tensors_and_right(backend):
 
 @gpu
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_beyond_the_view_cache_are_right(backend):
+    """The binding caches output views for sizes below 65536 only: larger
+    batches get a new view each call, of the same persistent buffers."""
+    V, big = 64, 65536 + 4
+    with _comm(backend, V, max_rows=big) as c:
+        for seed in (1, 2):
+            x = torch.randn(big, V, generator=torch.Generator().manual_seed(seed)).cuda()
+            v, i = c.argmax(x)
+            assert i.shape == (big,) and v.shape == (big,)
+            assert torch.equal(i.cpu(), argmax_ref(x.cpu(), V)[1]), seed
+            tok = c.sample(x, temperature=0.0, seed=0, offset=0)
+            assert tok.shape == (big,) and torch.equal(tok.cpu(), i.cpu()), seed
+            small = c.argmax(x[:12])[1]  # a cached size between two uncached calls
+            assert torch.equal(small.cpu(), argmax_ref(x[:12].cpu(), V)[1])
+            full = c.swap_batch_vocab(x)
+            assert full.shape == (big, V) and torch.equal(full, x), seed
+
+
+@gpu
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_eager_calls_allocate_nothing(backend):
     """After the first call of each op, further eager calls (with or without
     out=) hand out no new block from torch's allocator."""
