@@ -4,13 +4,7 @@
 # ignored): base/ (78472ce) and main/ (9f929b9) libdpsampling.so and main's dps-perf, built on the CPU
 # machine with cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDPS_BUILD_PYTHON=OFF
 # -DDPS_WERROR=ON. The README's build of the tree, A/B base/main/flush, then ctest 1..26.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source "$(dirname "$0")/../device_env.sh"
 t "make build"; make build CMAKE_ARGS="-DDPS_NCCL_ROOT=$NR -DCMAKE_CUDA_ARCHITECTURES=90" > $OUT/build.log 2>&1
 echo "rc=$?"; tail -2 $OUT/build.log
 C=/tmp/c38; rm -rf $C; mkdir -p $C/flush; tar -xJf build-carry/s38/libs.tar.xz -C $C; cp -a build/libdpsampling.so* $C/flush/

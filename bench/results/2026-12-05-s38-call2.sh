@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Session 38, call 2 of 2, on call 1's warm machine (its build/ kept): ctest 24..44, the Python
 # tests, then #23's figures with the HBM read peak of the same run and torch in the same call.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source "$(dirname "$0")/../device_env.sh"
 t "ctest 24..44"; timeout 330 ctest --test-dir build -I 24,44 --output-on-failure > $OUT/ctest2.log 2>&1
 echo "rc=$?"; grep -E "Test +#|tests passed|Total Test" $OUT/ctest2.log | cut -c1-100
 t "make test-python"; timeout 150 make test-python CMAKE_ARGS="-DDPS_NCCL_ROOT=$NR -DCMAKE_CUDA_ARCHITECTURES=90" > $OUT/pytest.log 2>&1

@@ -3,13 +3,7 @@
 # 21.41 us, two figures each)? Carry build-carry/s38/libs3.tar.xz (local, ignored): base/ (78472ce),
 # main/ (9f929b9), flush/ (e2ad131 = main + 34239c2 + the binding's view cache) libdpsampling.so and
 # main's dps-perf, all built on the CPU machine (Release, sm_90, DPS_BUILD_PYTHON=OFF, DPS_WERROR=ON).
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source "$(dirname "$0")/../device_env.sh"
 C=/tmp/c38; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s38/libs3.tar.xz -C $C
 n=0
 for r in 1 2 3 4; do for lib in base main flush; do

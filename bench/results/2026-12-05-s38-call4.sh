@@ -4,13 +4,7 @@
 # test_gpu_virtual_ranks, test_gpu_verify of 9f929b9 built on the CPU machine (cmake
 # -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDPS_BUILD_PYTHON=OFF -DDPS_WERROR=ON;
 # the library linked in statically).
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source "$(dirname "$0")/../device_env.sh"
 C=/tmp/c38; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s38/tests4.tar.xz -C $C; B=$C/main4
 t "test_gpu_sample"; $B/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|PASS|FAIL|wrong" $OUT/sample.log | head -12 | cut -c1-200
