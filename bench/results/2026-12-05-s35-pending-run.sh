@@ -19,12 +19,7 @@
 # Every binary: cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 # -DDPS_BUILD_PYTHON=OFF -DDPS_WERROR=ON (the test binaries hold the library statically).
 # Each call extracts into a directory of its own: a warm machine keeps the last call's /tmp.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
+source "$(dirname "$0")/../device_env.sh"
 if [ "${1:-main}" = plants ]; then
   C=/tmp/c35p; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s35n/plants.tar.xz -C $C
   for p in plantA plantB; do

@@ -9,14 +9,8 @@
 #  plantA/, plantB/  session 35's planted builds (raceFlush drops -inf keys; decide does not skip
 #           top-p for a -inf largest score): each must FAIL
 #  base/, s35/, s36/  libdpsampling.so of main (78472ce), s35-neginf, s36-huge; dps-perf (main's)
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
+source "$(dirname "$0")/../device_env.sh"
 C=/tmp/c36; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s36/all.tar.xz -C $C
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 t "test_gpu_sample (s36)"; $C/new36/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|FAIL|differ|wrong|beyond|all -inf" $OUT/sample.log | head -16 | cut -c1-260
 if [ -n "${MIN:-}" ]; then # the least that lands it: the sample tests, the new plant, vr's sample scenario

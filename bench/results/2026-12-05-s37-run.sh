@@ -7,14 +7,8 @@
 #  base/, s36/, s37/  libdpsampling.so of main (78472ce), s36-huge (eb1fcb6), s37-land; dps-perf
 #  (main's). s36-huge's test_gpu_sample is this fix's planted build: session 37's first call ran
 #  it (bench/results/2026-12-05-h100-s36-ab.txt): 39 of 120 fp32 rows of masks wrong.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
+source "$(dirname "$0")/../device_env.sh"
 C=/tmp/c37; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s37/all.tar.xz -C $C
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 t "test_gpu_sample (s37)"; $C/new37/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|PASS|FAIL|differ|wrong|beyond|all -inf" $OUT/sample.log | head -16 | cut -c1-260
 t "vr all"; timeout 250 $C/new37/test_gpu_virtual_ranks > $OUT/vr_all.log 2>&1; echo "rc=$?"

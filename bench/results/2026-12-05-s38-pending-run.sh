@@ -11,14 +11,8 @@
 #  `git am` on main; cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 #  -DDPS_BUILD_PYTHON=OFF -DDPS_WERROR=ON; make dpsampling test_gpu_sample
 #  test_gpu_virtual_ranks test_gpu_verify (and main's, 78472ce's libdpsampling.so and dps-perf).
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-T0=$SECONDS
-NR=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH=$NR/lib:/usr/local/cuda/lib64
-t() { echo "[t=$((SECONDS-T0))s] $*"; }
+source "$(dirname "$0")/../device_env.sh"
 C=/tmp/c38; rm -rf $C; mkdir -p $C; tar -xJf build-carry/s38/all.tar.xz -C $C
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 t "test_gpu_sample (s37-flush)"; $C/new38/test_gpu_sample > $OUT/sample.log 2>&1; echo "rc=$?"
 grep -E "passed \(|PASS|FAIL|differ|wrong|beyond|all -inf" $OUT/sample.log | head -16 | cut -c1-260
 t "vr all"; timeout 250 $C/new38/test_gpu_virtual_ranks > $OUT/vr_all.log 2>&1; echo "rc=$?"
