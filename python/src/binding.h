@@ -211,6 +211,10 @@ int fast_args(const char* fname, const char* const* names, int nreq, PyObject* c
  * (the rest keyword-only). */
 int fast_args_pos(const char* fname, const char* const* names, int nreq, int npos,
                   PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out);
+/* A required parameter i that may also be given as names[alias] (keyword
+ * only; parsed with nreq short of i): out[i] takes out[alias]. 0, or -1 with
+ * TypeError when both are given or neither. */
+int fast_alias(const char* fname, const char* const* names, PyObject** out, int i, int alias);
 
 /* The package's argument normalizers (dpsampling/__init__.py registers them
  * with _set_arg_helpers): the public methods argmax, topk, sample and

@@ -18,20 +18,20 @@ static dpsResult_t adapter_invoke(Adapter* a, const char* method, const void* se
                                   int64_t send_bytes, void* recv, int64_t recv_bytes) {
   PyGILState_STATE gs = PyGILState_Ensure();
   dpsResult_t res = dpsSuccess;
-  PyObject *in = NULL, *out = NULL, *fn = NULL, *args = NULL, *kw = NULL, *ret = NULL;
+  PyObject *in = NULL, *out = NULL, *fn = NULL, *args = NULL, *ret = NULL;
   in = make_tensor(a->owner, (void*)send, a->device, g_dtypes[DT_U8].dl, 1, &send_bytes);
   if (in != NULL) out = make_tensor(a->owner, recv, a->device, g_dtypes[DT_U8].dl, 1, &recv_bytes);
   if (out != NULL) fn = PyObject_GetAttrString(a->backend, method);
-  if (fn != NULL) args = PyTuple_Pack(2, out, in);
-  if (args != NULL) kw = Py_BuildValue("{sO}", "group", a->group);
-  if (kw != NULL) ret = PyObject_Call(fn, args, kw);
+  /* (output, input, group) by position, as the upstream component calls its
+   * collectives: the object's own parameter names do not matter */
+  if (fn != NULL) args = PyTuple_Pack(3, out, in, a->group);
+  if (args != NULL) ret = PyObject_Call(fn, args, NULL);
   if (ret == NULL) {
     if (a->exc == NULL) a->exc = err_take();
     else PyErr_Clear();
     res = dpsInternalError;
   }
   Py_XDECREF(ret);
-  Py_XDECREF(kw);
   Py_XDECREF(args);
   Py_XDECREF(fn);
   Py_XDECREF(out);

@@ -406,14 +406,19 @@ static PyObject* comm_sample_stats(CommObject* self, PyObject* unused) {
   return ret;
 }
 
-static PyObject* comm_prepare(CommObject* self, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"dtype", NULL};
-  PyObject* d;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O:prepare_verify_outputs", kwlist, &d)) return NULL;
+static PyObject* comm_prepare(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kw) {
+  /* the upstream component's name, then ours before 0.5 (keyword only) */
+  static const char* const names[] = {"logits_dtype", "dtype", NULL};
+  static const char* const fname = "prepare_verify_outputs";
+  PyObject* a[2];
+  if (fast_args_pos(fname, names, 0, 1, args, nargs, kw, a) != 0) return NULL;
+  if (fast_alias(fname, names, a, 0, 1) != 0) return NULL;
+  PyObject* d = a[0];
   Handle* h;
   if (comm_enter(self, "prepare_verify_outputs", &h) != 0) return NULL;
   PyObject* ret = NULL;
-  int code = dtype_code_of(d, 0, "dtype"); /* may import torch */
+  int code = dtype_code_of(d, 0, "logits_dtype"); /* may import torch */
   if (code != -2) {
     adapter_reset(self);
     dpsComm_t comm = h->comm;
@@ -573,17 +578,19 @@ static PyMethodDef comm_methods[] = {
               "_swap_batch_vocab_new($self, /, local_logits, pad_bs=None)\n--\n\n"
               "swap_batch_vocab returning a new tensor (a copy)"),
     KW_METHOD("gather_verify_outputs", comm_gather_outputs,
-              "gather_verify_outputs($self, /, predict, accept_index, accept_length, "
-              "pad_bs=None)\n--\n\n"
+              "gather_verify_outputs($self, /, predict_local, accept_index_local, "
+              "accept_length_local, pad_bs=None)\n--\n\n"
               "int32 [pad_bs/tp, N], [pad_bs/tp, N], [pad_bs/tp] -> (predict [pad_bs, N], "
-              "accept_index [pad_bs, N], accept_length [pad_bs]), views of persistent outputs."),
+              "accept_index [pad_bs, N], accept_length [pad_bs]), views of persistent outputs. "
+              "The keywords predict, accept_index, accept_length are taken too."),
     KW_METHOD("gather_verify_logprobs", comm_gather_logprobs,
-              "gather_verify_logprobs($self, /, logprobs, pad_bs=None)\n--\n\n"
-              "float32 [pad_bs/tp, N] -> [pad_bs, N] (a view of the persistent output)."),
-    {"prepare_verify_outputs", (PyCFunction)(void (*)(void))comm_prepare,
-     METH_VARARGS | METH_KEYWORDS,
-     "prepare_verify_outputs($self, /, dtype)\n--\n\n"
-     "Fix the logits dtype if unset and allocate its buffers (collective)."},
+              "gather_verify_logprobs($self, /, logprobs_local, pad_bs=None)\n--\n\n"
+              "float32 [pad_bs/tp, N] -> [pad_bs, N] (a view of the persistent output). The "
+              "keyword logprobs is taken too."),
+    KW_METHOD("prepare_verify_outputs", comm_prepare,
+              "prepare_verify_outputs($self, /, logits_dtype)\n--\n\n"
+              "Fix the logits dtype if unset and allocate its buffers (collective). The keyword "
+              "dtype is taken too."),
     {"close", (PyCFunction)comm_close, METH_NOARGS,
      "close($self, /)\n--\n\nThe collective teardown: call it on every rank together, outside "
      "CUDA graph capture. Later calls raise; tensors returned earlier stay valid until they go."},

@@ -249,11 +249,16 @@ static PyObject* gather_outputs_body(CommObject* self, Handle* h, PyObject* cons
 
 PyObject* comm_gather_outputs(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
                               PyObject* kw) {
-  static const char* const names[] = {"predict", "accept_index", "accept_length", "pad_bs",
-                                      NULL};
-  PyObject* a[4];
-  if (fast_args("gather_verify_outputs", names, 3, args, nargs, kw, a) != 0) return NULL;
-  return comm_run(self, "gather_verify_outputs", gather_outputs_body, a);
+  /* the upstream component's names, then ours before 0.5 (keyword only) */
+  static const char* const names[] = {"predict_local", "accept_index_local",
+                                      "accept_length_local", "pad_bs", "predict", "accept_index",
+                                      "accept_length", NULL};
+  static const char* const fname = "gather_verify_outputs";
+  PyObject* a[7];
+  if (fast_args_pos(fname, names, 0, 4, args, nargs, kw, a) != 0) return NULL;
+  for (int i = 0; i < 3; ++i)
+    if (fast_alias(fname, names, a, i, 4 + i) != 0) return NULL;
+  return comm_run(self, fname, gather_outputs_body, a);
 }
 
 typedef struct {
@@ -281,10 +286,12 @@ static PyObject* gather_logprobs_body(CommObject* self, Handle* h, PyObject* con
 
 PyObject* comm_gather_logprobs(CommObject* self, PyObject* const* args, Py_ssize_t nargs,
                                PyObject* kw) {
-  static const char* const names[] = {"logprobs", "pad_bs", NULL};
-  PyObject* a[2];
-  if (fast_args("gather_verify_logprobs", names, 1, args, nargs, kw, a) != 0) return NULL;
-  return comm_run(self, "gather_verify_logprobs", gather_logprobs_body, a);
+  static const char* const names[] = {"logprobs_local", "pad_bs", "logprobs", NULL};
+  static const char* const fname = "gather_verify_logprobs";
+  PyObject* a[3];
+  if (fast_args_pos(fname, names, 0, 2, args, nargs, kw, a) != 0) return NULL;
+  if (fast_alias(fname, names, a, 0, 2) != 0) return NULL;
+  return comm_run(self, fname, gather_logprobs_body, a);
 }
 
 /* ------------------------------------------------------------------------- */

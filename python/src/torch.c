@@ -291,6 +291,23 @@ int fast_args(const char* fname, const char* const* names, int nreq, PyObject* c
   return fast_args_pos(fname, names, nreq, -1, args, nargs, kwnames, out);
 }
 
+int fast_alias(const char* fname, const char* const* names, PyObject** out, int i, int alias) {
+  if (out[alias] != NULL) {
+    if (out[i] != NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() got both '%s' and its other name '%s'", fname, names[i],
+                   names[alias]);
+      return -1;
+    }
+    out[i] = out[alias];
+  }
+  if (out[i] == NULL) {
+    PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", fname, names[i],
+                 i + 1);
+    return -1;
+  }
+  return 0;
+}
+
 /* The interned str of every name of a method's (static) names array, made
  * on the array's first call with keywords: the keywords of a call site are
  * interned strs, so one pointer compare finds each before any string

@@ -37,8 +37,19 @@ BACKENDS = ["nccl", "onesided"]
     (lambda c: c.swap_batch_vocab(1, pad_bz=2), r"unexpected keyword argument 'pad_bz'"),
     (lambda c: c.swap_batch_vocab(1, local_logits=1), r"multiple values for argument "
                                                       r"'local_logits'"),
-    (lambda c: c.gather_verify_outputs(1, 2), r"missing required argument 'accept_length'"),
-    (lambda c: c.gather_verify_logprobs(pad_bs=1), r"missing required argument 'logprobs'"),
+    (lambda c: c.gather_verify_outputs(1, 2), r"missing required argument "
+                                              r"'accept_length_local' \(pos 3\)"),
+    (lambda c: c.gather_verify_outputs(1, 2, 3, predict=1), r"gather_verify_outputs\(\) got both "
+                                                            r"'predict_local' and its other name "
+                                                            r"'predict'"),
+    (lambda c: c.gather_verify_outputs(1, 2, 3, 8, 9), r"takes 5 positional arguments but 6"),
+    (lambda c: c.gather_verify_logprobs(pad_bs=1), r"missing required argument 'logprobs_local'"),
+    (lambda c: c.gather_verify_logprobs(1, logprobs=1), r"got both 'logprobs_local' and its "
+                                                        r"other name 'logprobs'"),
+    (lambda c: c.prepare_verify_outputs(), r"prepare_verify_outputs\(\) missing required "
+                                           r"argument 'logits_dtype'"),
+    (lambda c: c.prepare_verify_outputs("bf16", dtype="bf16"), r"got both 'logits_dtype'"),
+    (lambda c: c.prepare_verify_outputs("bf16", "bf16"), r"takes 2 positional arguments but 3"),
     (lambda c: c._swap_batch_vocab_new(), r"missing required argument 'local_logits'"),
     (lambda c: c._select(1, 2), r"_select\(\) takes 7 arguments \(2 given\)"),
     (lambda c: c._sample(1), r"_sample\(\) takes 10 or 11 arguments \(1 given\)"),
@@ -55,7 +66,14 @@ def test_method_arguments_are_parsed_before_anything_else(call, match):
 @pytest.mark.parametrize("call", [
     lambda c: c.swap_batch_vocab(object(), pad_bs=8),
     lambda c: c.gather_verify_outputs(None, None, None, 8),
+    # the upstream component's keywords, and this library's before 0.5
+    lambda c: c.gather_verify_outputs(predict_local=None, accept_index_local=None,
+                                      accept_length_local=None, pad_bs=8),
+    lambda c: c.gather_verify_outputs(predict=None, accept_index=None, accept_length=None),
+    lambda c: c.gather_verify_logprobs(logprobs_local=None, pad_bs=8),
     lambda c: c.gather_verify_logprobs(logprobs=None),
+    lambda c: c.prepare_verify_outputs(logits_dtype="bf16"),
+    lambda c: c.prepare_verify_outputs(dtype="bf16"),
     lambda c: c.argmax(object()),
     lambda c: c.argmax(object(), 5, True, out_value=object()),
     lambda c: c.topk(object(), 3, vocab_limit=7, out_values=object()),
