@@ -577,6 +577,27 @@ def _install_fallback(comm, fallback, given):
     return None
 
 
+def _device_arg(torch, device):
+    """The index of the CUDA device that `device` names: None (the current
+    device), an int, a str such as "cuda:1" or a torch.device ("cuda" alone:
+    the current one). ValueError naming the value otherwise."""
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, bool):
+        raise ValueError(f"device={device!r} is not a device")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device={device!r} is not a device") from None
+    if d.type != "cuda":
+        raise ValueError(f"device={device!r} must be a CUDA device")
+    index = torch.cuda.current_device() if d.index is None else d.index
+    count = torch.cuda.device_count()
+    if not 0 <= index < count:
+        raise ValueError(f"device={device!r}: there is no cuda:{index} ({count} visible)")
+    return index
+
+
 # --------------------------------------------------------------------------
 # the communicator
 
@@ -595,9 +616,14 @@ class DpSamplingComm(_C.Comm):
     all_gather_into_tensor(output, input, group) and optionally
     all_to_all_single); a backend that uses none (onesided) refuses it with a
     RuntimeWarning, and self.fallback_comm_backend is then None.
+    device: the CUDA device (None: the current one; an int, "cuda:i" or a
+    torch.device); the calls use it whatever the current device is then.
     Methods (implemented in C): swap_batch_vocab(local_logits, pad_bs=),
-    gather_verify_outputs(predict, accept_index, accept_length, pad_bs=),
-    gather_verify_logprobs(logprobs, pad_bs=), prepare_verify_outputs(dtype),
+    gather_verify_outputs(predict_local, accept_index_local,
+    accept_length_local, pad_bs=), gather_verify_logprobs(logprobs_local,
+    pad_bs=), prepare_verify_outputs(logits_dtype) (the upstream component's
+    names; predict, accept_index, accept_length, logprobs and dtype are taken
+    as keywords too),
     argmax, topk, sample (a token per row from the vocab shards),
     verify_chain (the whole speculative verify from the vocab shards),
     sample_stats(), close(). Outputs alias persistent buffers valid until the
@@ -618,6 +644,7 @@ class DpSamplingComm(_C.Comm):
         backend="auto",
         fallback_comm_backend=None,
         timeout_ms=None,
+        device=None,
     ):
         tp_size = _int_arg("tp_size", tp_size)
         rank = _int_arg("rank", rank)
@@ -651,30 +678,31 @@ class DpSamplingComm(_C.Comm):
         torch = _torch()
         if not torch.cuda.is_available():
             raise RuntimeError("DpSamplingComm needs a CUDA device (torch.cuda.is_available() is False)")
+        device = _device_arg(torch, device)
         me = _rank_in_group(group)
         if me != rank:
             raise ValueError(
                 f"rank={rank} but this process is rank {me} of group={group} in torch.distributed"
             )
-        nccl_group = _group_nccl(given)
-        device = torch.cuda.current_device()
-        if nccl_group.device != device:
-            raise RuntimeError(
-                f"group={group} was bootstrapped on cuda:{nccl_group.device} but the current "
-                f"device is cuda:{device}"
+        with torch.cuda.device(device):  # the group's NCCL communicator is made on it
+            nccl_group = _group_nccl(given)
+            if nccl_group.device != device:
+                raise RuntimeError(
+                    f"group={group} was bootstrapped on cuda:{nccl_group.device}, not on "
+                    f"device=cuda:{device}"
+                )
+            self._create(
+                nccl_group,
+                tp_size,
+                rank,
+                max_pad_bs,
+                num_tokens_per_req,
+                vocab_size,
+                dtype_code,
+                backend_code,
+                device,
+                timeout_ms,
             )
-        self._create(
-            nccl_group,
-            tp_size,
-            rank,
-            max_pad_bs,
-            num_tokens_per_req,
-            vocab_size,
-            dtype_code,
-            backend_code,
-            device,
-            timeout_ms,
-        )
         self.group = group
         self.fallback_comm_backend = _install_fallback(self, fallback_comm_backend, given)
 
@@ -744,19 +772,24 @@ _C._set_arg_helpers({"int_arg": _int_arg, "limit": _limit_arg, "sample": _sample
 # --------------------------------------------------------------------------
 # free function
 
-_free_comms = {}  # (group, N, V, dtype, device) -> DpSamplingComm (nccl)
+_free_comms = {}  # (group, N, V, dtype, device, collectives) -> DpSamplingComm (nccl)
 
 
 def swap_batch_vocab(
-    local_logits, *, tp_size, pad_bs, num_tokens_per_req, vocab_size, group=None
+    local_logits, *, tp_size, pad_bs, num_tokens_per_req, vocab_size, group=None, backend=None
 ):
     """[pad_bs*N, V/tp] -> a NEW tensor [pad_bs/tp*N, V] (the caller may keep it).
 
     Same result as DpSamplingComm.swap_batch_vocab, over the nccl backend
-    (unless DPSAMPLING_BACKEND says otherwise). Uses a cached communicator
-    per (group, N, V, dtype, current device), grown when pad_bs exceeds
-    its max_pad_bs, and copies its persistent output into a fresh tensor on
-    torch's current stream. Collective: every rank of the group calls it.
+    (unless DPSAMPLING_BACKEND says otherwise). backend: the collectives to
+    run the exchange with, as the upstream function takes them (an object
+    with all_to_all_single(output, input, group) and
+    all_gather_into_tensor(output, input, group): DpSamplingComm's
+    fallback_comm_backend); None: the library's NCCL. Uses a cached
+    communicator per (group, N, V, dtype, current device, backend), grown
+    when pad_bs exceeds its max_pad_bs, and copies its persistent output
+    into a fresh tensor on torch's current stream. Collective: every rank of
+    the group calls it.
     """
     tp_size = _int_arg("tp_size", tp_size)
     pad_bs = _int_arg("pad_bs", pad_bs)
@@ -771,9 +804,19 @@ def swap_batch_vocab(
             f"local_logits must be a torch.Tensor, got {type(local_logits).__name__}"
         )
     _C.dtype_code(dtype, "local_logits.dtype", False)  # TypeError
+    if backend is _C.global_backend:
+        backend = None
+    if backend is not None and not all(
+        callable(getattr(backend, m, None)) for m in ("all_to_all_single", "all_gather_into_tensor")
+    ):
+        raise TypeError(
+            "backend must have all_to_all_single(output, input, group) and "
+            f"all_gather_into_tensor(output, input, group), got {type(backend).__name__}"
+        )
     torch = _torch()
     device = torch.cuda.current_device()
-    key = (group, num_tokens_per_req, vocab_size, dtype, device)
+    # the communicator keeps the backend object alive, so its id stays its own
+    key = (group, num_tokens_per_req, vocab_size, dtype, device, id(backend))
     comm = _free_comms.get(key)
     if comm is None or comm.max_pad_bs < pad_bs:
         with _lock:
@@ -788,6 +831,7 @@ def swap_batch_vocab(
                 vocab_size=vocab_size,
                 logits_dtype=dtype,
                 backend="nccl",
+                fallback_comm_backend=backend,
             )
             _free_comms[key] = comm
             if old is not None:
@@ -841,13 +885,13 @@ class DistArgmaxState:
             self.comm = None
 
 
-def create_dist_argmax_state(group, rank_in_group, max_M, dtype, device=None,
+def create_dist_argmax_state(group, rank_in_group, max_M, dtype="bfloat16", device=None,
                              skip_ping_pong=False):
     """Drop-in for the upstream engine's create_dist_argmax_state. The
     arguments mean the same: group is the engine's torch.distributed
     ProcessGroup (or a tuple of global ranks), rank_in_group this process's
-    index in it (checked: ValueError naming both when it differs);
-    skip_ping_pong is accepted and has no effect (the exchange
+    index in it (checked: ValueError naming both when it differs); dtype
+    torch.bfloat16 unless given, as upstream's default; skip_ping_pong is accepted and has no effect (the exchange
     double-buffers itself)."""
     del skip_ping_pong
     return DistArgmaxState(group, rank_in_group, max_M, dtype, device)
@@ -858,9 +902,16 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     rank's [M, V/tp] shard (M <= max_M); returns (max [M] in the logits
     dtype, idx [M] int64 global vocab indices), the same on every rank.
     out_max / out_idx are written in place when given (no extra kernel);
-    otherwise the results are views of the communicator's persistent argmax
-    outputs, valid until the next call."""
+    an output not given is a new tensor (torch.empty on the logits' device,
+    as upstream), which the caller may keep across calls."""
     comm = state._comm_for(logits)
+    if out_max is None or out_idx is None:
+        torch = _torch()
+        rows = logits.shape[0]
+        if out_max is None:
+            out_max = torch.empty((rows,), dtype=logits.dtype, device=logits.device)
+        if out_idx is None:
+            out_idx = torch.empty((rows,), dtype=torch.int64, device=logits.device)
     return comm.argmax(logits, out_value=out_max, out_index=out_idx)
 
 

@@ -57,7 +57,7 @@ class DistArgmaxState:
     def close(self) -> None: ...
 
 def create_dist_argmax_state(
-    group: _Group, rank_in_group: int, max_M: int, dtype: _Dtype,
+    group: _Group, rank_in_group: int, max_M: int, dtype: _Dtype = ...,
     device: Union[None, int, str, torch.device] = ..., skip_ping_pong: bool = ...
 ) -> DistArgmaxState: ...
 # -> (max [M] in the logits dtype, idx [M] int64)
@@ -74,6 +74,7 @@ def swap_batch_vocab(
     num_tokens_per_req: int,
     vocab_size: int,
     group: _Group = None,
+    backend: Optional[_Collectives] = None,
 ) -> torch.Tensor: ...
 
 class DpSamplingComm:
@@ -92,23 +93,26 @@ class DpSamplingComm:
         backend: str = "auto",
         fallback_comm_backend: Optional[_Collectives] = None,
         timeout_ms: Optional[int] = None,
+        device: Union[None, int, str, torch.device] = None,
     ) -> None: ...
     # Outputs are views of persistent buffers, valid until the next call of
     # the same operation.
     def swap_batch_vocab(
         self, local_logits: torch.Tensor, pad_bs: Optional[int] = None
     ) -> torch.Tensor: ...
+    # the upstream component's argument names; predict, accept_index,
+    # accept_length, logprobs and dtype are taken as keywords too
     def gather_verify_outputs(
         self,
-        predict: torch.Tensor,
-        accept_index: torch.Tensor,
-        accept_length: torch.Tensor,
+        predict_local: torch.Tensor,
+        accept_index_local: torch.Tensor,
+        accept_length_local: torch.Tensor,
         pad_bs: Optional[int] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
     def gather_verify_logprobs(
-        self, logprobs: torch.Tensor, pad_bs: Optional[int] = None
+        self, logprobs_local: torch.Tensor, pad_bs: Optional[int] = None
     ) -> torch.Tensor: ...
-    def prepare_verify_outputs(self, dtype: _Dtype) -> None: ...
+    def prepare_verify_outputs(self, logits_dtype: _Dtype) -> None: ...
     def async_error(self) -> Optional[str]: ...
     def close(self) -> None: ...
     # argmax, topk, sample: an out tensor given is written and returned; the

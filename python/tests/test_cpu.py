@@ -546,7 +546,13 @@ def test_c_method_signatures():
     import inspect
 
     assert str(inspect.signature(DpSamplingComm.swap_batch_vocab)) == "(self, /, local_logits, pad_bs=None)"
-    assert "accept_length" in str(inspect.signature(DpSamplingComm.gather_verify_outputs))
+    assert str(inspect.signature(DpSamplingComm.gather_verify_outputs)) == (
+        "(self, /, predict_local, accept_index_local, accept_length_local, pad_bs=None)")
+    assert str(inspect.signature(DpSamplingComm.prepare_verify_outputs)) == "(self, /, logits_dtype)"
+    sig = inspect.signature(DpSamplingComm)
+    assert sig.parameters["device"].default is None
+    assert sig.parameters["device"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert inspect.signature(dpsampling.swap_batch_vocab).parameters["backend"].default is None
     assert "timeout_ms" in str(inspect.signature(dpsampling._dpsampling.config_check))
 
 
@@ -628,6 +634,20 @@ def test_fallback_refused_by_a_backend_without_collectives_warns():
         kept = _install_fallback(comm, fb, (0, 1))
     assert kept is None
     assert comm.calls == [(fb, (0, 1))]
+
+
+@pytest.mark.parametrize("backend", [object(), _Gather()])
+def test_free_swap_backend_needs_both_collectives(backend):
+    """swap_batch_vocab(backend=...) takes a collectives object, as the
+    upstream function does; one without all_to_all_single and
+    all_gather_into_tensor is a TypeError naming it, before any GPU use."""
+    import types
+
+    x = types.SimpleNamespace(dtype="bf16")
+    with pytest.raises(TypeError, match=r"backend must have all_to_all_single\(output, input, "
+                                        r"group\) and all_gather_into_tensor"):
+        dpsampling.swap_batch_vocab(x, tp_size=1, pad_bs=8, num_tokens_per_req=1,
+                                    vocab_size=64, group=(0,), backend=backend)
 
 
 def test_fallback_installed_without_warning(recwarn):

@@ -145,8 +145,13 @@ def _check_drop_in(st, V, M, seeds=(1, 2)):
         x2 = logit_rows(m, V, torch.bfloat16, seed + 50)
         mx2, ix2 = dpsampling.distributed_argmax(st, x2.to("cuda:0"))
         want2, ri2, _ = argmax_ref(x2, V)
+        # without out_*: new tensors, as upstream's, that a later call leaves alone
+        x3 = logit_rows(m, V, torch.bfloat16, seed + 90)
+        mx3, ix3 = dpsampling.distributed_argmax(st, x3.to("cuda:0"))
         torch.cuda.synchronize(0)
         assert torch.equal(ix2.cpu(), ri2) and torch.equal(mx2.float().cpu(), want2)
+        assert torch.equal(ix3.cpu(), argmax_ref(x3, V)[1])
+        assert ix3.data_ptr() != ix2.data_ptr() and mx3.data_ptr() != mx2.data_ptr()
 
 
 def test_distributed_argmax_drop_in():

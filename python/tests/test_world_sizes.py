@@ -288,12 +288,66 @@ def test_onesided_lazy_dtype(world_size, dtype):
     _run(world_size, _w_onesided_lazy, dtype=dtype)
 
 
+class _CountingCollectives:
+    """The library's collectives behind a Python object, counting calls: what
+    an engine passes as the free function's backend."""
+
+    def __init__(self):
+        self._inner = dpsampling.get_global_backend()
+        self.calls = 0
+
+    def all_to_all_single(self, output, input, group):
+        self.calls += 1
+        return self._inner.all_to_all_single(output, input, group)
+
+    def all_gather_into_tensor(self, output, input, group):
+        self.calls += 1
+        return self._inner.all_gather_into_tensor(output, input, group)
+
+
+def _w_engine_calls(rank, world_size, device, group, *, backend):
+    """The upstream engine's own calls (tokenspeed f4d8ec6e,
+    sampling/logits_layout.py and sampling/backends/flashinfer.py): created
+    with logits_dtype=None and device=, the swap with pad_bs=, then per verify
+    step prepare_verify_outputs(dtype), gather_verify_outputs with the
+    *_local keywords and gather_verify_logprobs; the free swap with a
+    collectives object as backend=. Every output against the full tensors."""
+    pg = dist.group.WORLD
+    tp, n, vocab, pad_bs = world_size, 4, 96 * world_size, 2 * world_size
+    comm = DpSamplingComm(tp_size=tp, rank=rank, group=pg, max_pad_bs=pad_bs,
+                          num_tokens_per_req=n, vocab_size=vocab, logits_dtype=None,
+                          backend=backend, device=device)
+    assert comm.cuda_device == device.index
+    reqs = pad_bs // tp
+    full = _full_logits(pad_bs * n, vocab, torch.bfloat16, 21, device)
+    mine = full[rank * reqs * n:(rank + 1) * reqs * n]
+    assert _same_bits(comm.swap_batch_vocab(_shard(full, rank, tp), pad_bs=pad_bs), mine)
+    sl = slice(rank * reqs, (rank + 1) * reqs)
+    for step in range(2):
+        p, ai, al, lp = _full_verify(pad_bs, n, 22 + step, device)
+        comm.prepare_verify_outputs(torch.bfloat16)
+        gp, gai, gal = comm.gather_verify_outputs(predict_local=p[sl].contiguous(),
+                                                  accept_index_local=ai[sl].contiguous(),
+                                                  accept_length_local=al[sl].contiguous(),
+                                                  pad_bs=pad_bs)
+        assert torch.equal(gp, p) and torch.equal(gai, ai) and torch.equal(gal, al)
+        assert torch.equal(comm.gather_verify_logprobs(lp[sl].contiguous(), pad_bs=pad_bs), lp)
+    comm.close()
+    coll = _CountingCollectives()
+    free = swap_batch_vocab(_shard(full, rank, tp), tp_size=tp, pad_bs=pad_bs,
+                            num_tokens_per_req=n, vocab_size=vocab, group=pg, backend=coll)
+    assert _same_bits(free, mine)
+    if tp > 1:  # the exchange went through the object (the free function runs nccl)
+        assert coll.calls >= 1, coll.calls
+
+
 # (scenario, worker, world sizes): sub-groups are pairs of ranks, so 4 and up
 SCENARIOS = [
     pytest.param(worker, w, id=f"{name}-tp{w}")
     for name, worker, sizes in (("graph_replay", _w_graph, (2, 4, 8)),
                                 ("select_drop_in", _w_select_drop_in, (2, 4, 8)),
-                                ("sub_groups", _w_sub_groups, (4, 8)))
+                                ("sub_groups", _w_sub_groups, (4, 8)),
+                                ("engine_calls", _w_engine_calls, (1, 2, 4, 8)))
     for w in sizes
 ]
 
