@@ -772,7 +772,7 @@ _C._set_arg_helpers({"int_arg": _int_arg, "limit": _limit_arg, "sample": _sample
 # --------------------------------------------------------------------------
 # free function
 
-_free_comms = {}  # (group, N, V, dtype, device, collectives) -> DpSamplingComm (nccl)
+_free_comms = {}  # (group, N, V, dtype, device) -> DpSamplingComm (nccl)
 
 
 def swap_batch_vocab(
@@ -786,8 +786,9 @@ def swap_batch_vocab(
     with all_to_all_single(output, input, group) and
     all_gather_into_tensor(output, input, group): DpSamplingComm's
     fallback_comm_backend); None: the library's NCCL. Uses a cached
-    communicator per (group, N, V, dtype, current device, backend), grown
-    when pad_bs exceeds its max_pad_bs, and copies its persistent output
+    communicator per (group, N, V, dtype, current device), recreated when
+    pad_bs exceeds its max_pad_bs or another backend object comes (so pass
+    one long-lived object, as engines do), and copies its persistent output
     into a fresh tensor on torch's current stream. Collective: every rank of
     the group calls it.
     """
@@ -815,10 +816,9 @@ def swap_batch_vocab(
         )
     torch = _torch()
     device = torch.cuda.current_device()
-    # the communicator keeps the backend object alive, so its id stays its own
-    key = (group, num_tokens_per_req, vocab_size, dtype, device, id(backend))
+    key = (group, num_tokens_per_req, vocab_size, dtype, device)
     comm = _free_comms.get(key)
-    if comm is None or comm.max_pad_bs < pad_bs:
+    if comm is None or comm.max_pad_bs < pad_bs or comm._free_backend is not backend:
         with _lock:
             old = _free_comms.get(key)
             max_pad_bs = max(pad_bs, old.max_pad_bs if old is not None else 0)
@@ -833,6 +833,7 @@ def swap_batch_vocab(
                 backend="nccl",
                 fallback_comm_backend=backend,
             )
+            comm._free_backend = backend  # the object asked for (kept even if refused)
             _free_comms[key] = comm
             if old is not None:
                 old.close()
@@ -885,15 +886,17 @@ class DistArgmaxState:
             self.comm = None
 
 
-def create_dist_argmax_state(group, rank_in_group, max_M, dtype="bfloat16", device=None,
+def create_dist_argmax_state(group, rank_in_group, max_M, dtype=None, device=None,
                              skip_ping_pong=False):
     """Drop-in for the upstream engine's create_dist_argmax_state. The
     arguments mean the same: group is the engine's torch.distributed
     ProcessGroup (or a tuple of global ranks), rank_in_group this process's
     index in it (checked: ValueError naming both when it differs); dtype
-    torch.bfloat16 unless given, as upstream's default; skip_ping_pong is accepted and has no effect (the exchange
+    None is torch.bfloat16, upstream's default; skip_ping_pong is accepted and has no effect (the exchange
     double-buffers itself)."""
     del skip_ping_pong
+    if dtype is None:
+        dtype = _torch().bfloat16
     return DistArgmaxState(group, rank_in_group, max_M, dtype, device)
 
 

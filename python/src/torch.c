@@ -341,13 +341,13 @@ int fast_args_pos(const char* fname, const char* const* names, int nreq, int npo
                   PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
   int n = 0;
   while (names[n] != NULL) ++n;
-  if (nargs > n) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
-    return -1;
-  }
   if (npos >= 0 && nargs > npos) { /* as Python counts them: self included */
     PyErr_Format(PyExc_TypeError, "%s() takes %d positional argument%s but %zd were given", fname,
                  npos + 1, npos == 0 ? "" : "s", nargs + 1);
+    return -1;
+  }
+  if (nargs > n) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
     return -1;
   }
   for (int i = 0; i < n; ++i) out[i] = i < nargs ? args[i] : NULL;

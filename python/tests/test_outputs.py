@@ -43,6 +43,7 @@ BACKENDS = ["nccl", "onesided"]
                                                             r"'predict_local' and its other name "
                                                             r"'predict'"),
     (lambda c: c.gather_verify_outputs(1, 2, 3, 8, 9), r"takes 5 positional arguments but 6"),
+    (lambda c: c.gather_verify_outputs(*range(8)), r"takes 5 positional arguments but 9"),
     (lambda c: c.gather_verify_logprobs(pad_bs=1), r"missing required argument 'logprobs_local'"),
     (lambda c: c.gather_verify_logprobs(1, logprobs=1), r"got both 'logprobs_local' and its "
                                                         r"other name 'logprobs'"),
@@ -169,10 +170,12 @@ def test_outputs_beyond_the_view_cache_are_right(backend):
             v, i = c.argmax(x)
             assert i.shape == (big,) and v.shape == (big,)
             assert torch.equal(i.cpu(), argmax_ref(x.cpu(), V)[1]), seed
+            assert c.argmax(x)[1] is not i  # beyond the cache: a new view each call
             tok = c.sample(x, temperature=0.0, seed=0, offset=0)
             assert tok.shape == (big,) and torch.equal(tok.cpu(), i.cpu()), seed
             small = c.argmax(x[:12])[1]  # a cached size between two uncached calls
             assert torch.equal(small.cpu(), argmax_ref(x[:12].cpu(), V)[1])
+            assert c.argmax(x[:12])[1] is small
             full = c.swap_batch_vocab(x)
             assert full.shape == (big, V) and torch.equal(full, x), seed
 

@@ -314,9 +314,15 @@ def _w_engine_calls(rank, world_size, device, group, *, backend):
     collectives object as backend=. Every output against the full tensors."""
     pg = dist.group.WORLD
     tp, n, vocab, pad_bs = world_size, 4, 96 * world_size, 2 * world_size
-    comm = DpSamplingComm(tp_size=tp, rank=rank, group=pg, max_pad_bs=pad_bs,
-                          num_tokens_per_req=n, vocab_size=vocab, logits_dtype=None,
-                          backend=backend, device=device)
+    other = (rank + 1) % world_size  # at tp > 1 the caller's current device is another
+    torch.cuda.set_device(other)
+    try:
+        comm = DpSamplingComm(tp_size=tp, rank=rank, group=pg, max_pad_bs=pad_bs,
+                              num_tokens_per_req=n, vocab_size=vocab, logits_dtype=None,
+                              backend=backend, device=device)
+        assert torch.cuda.current_device() == other, "the creation changed the current device"
+    finally:
+        torch.cuda.set_device(device)
     assert comm.cuda_device == device.index
     reqs = pad_bs // tp
     full = _full_logits(pad_bs * n, vocab, torch.bfloat16, 21, device)
@@ -325,13 +331,18 @@ def _w_engine_calls(rank, world_size, device, group, *, backend):
     sl = slice(rank * reqs, (rank + 1) * reqs)
     for step in range(2):
         p, ai, al, lp = _full_verify(pad_bs, n, 22 + step, device)
-        comm.prepare_verify_outputs(torch.bfloat16)
+        if step == 0:  # as the engine calls them
+            comm.prepare_verify_outputs(torch.bfloat16)
+        else:  # every argument by its upstream keyword
+            comm.prepare_verify_outputs(logits_dtype=torch.bfloat16)
         gp, gai, gal = comm.gather_verify_outputs(predict_local=p[sl].contiguous(),
                                                   accept_index_local=ai[sl].contiguous(),
                                                   accept_length_local=al[sl].contiguous(),
                                                   pad_bs=pad_bs)
         assert torch.equal(gp, p) and torch.equal(gai, ai) and torch.equal(gal, al)
-        assert torch.equal(comm.gather_verify_logprobs(lp[sl].contiguous(), pad_bs=pad_bs), lp)
+        glp = (comm.gather_verify_logprobs(lp[sl].contiguous(), pad_bs=pad_bs) if step == 0 else
+               comm.gather_verify_logprobs(logprobs_local=lp[sl].contiguous(), pad_bs=pad_bs))
+        assert torch.equal(glp, lp)
     comm.close()
     coll = _CountingCollectives()
     free = swap_batch_vocab(_shard(full, rank, tp), tp_size=tp, pad_bs=pad_bs,
