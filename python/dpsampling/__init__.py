@@ -654,18 +654,12 @@ class DpSamplingComm(_C.Comm):
         timeout_ms = 0 if timeout_ms is None else _int_arg("timeout_ms", timeout_ms)
         dtype_code = _C.dtype_code(logits_dtype, "logits_dtype", True)  # TypeError
         backend_code = _backend_code(backend)  # ValueError
+        # the configuration, in dpsCommConfig_t's order (config_check and _create)
+        config = (tp_size, rank, max_pad_bs, num_tokens_per_req, vocab_size, dtype_code,
+                  backend_code)
         # Configuration rules and the environment override: ValueError before
         # any torch or GPU use.
-        _C.config_check(
-            tp_size,
-            rank,
-            max_pad_bs,
-            num_tokens_per_req,
-            vocab_size,
-            dtype_code,
-            backend_code,
-            timeout_ms,
-        )
+        _C.config_check(*config, timeout_ms)
         _C.resolve_backend(backend, True)
         group, given = _group_args(group, tp_size)
         if fallback_comm_backend is not None and not callable(
@@ -691,18 +685,7 @@ class DpSamplingComm(_C.Comm):
                     f"group={group} was bootstrapped on cuda:{nccl_group.device}, not on "
                     f"device=cuda:{device}"
                 )
-            self._create(
-                nccl_group,
-                tp_size,
-                rank,
-                max_pad_bs,
-                num_tokens_per_req,
-                vocab_size,
-                dtype_code,
-                backend_code,
-                device,
-                timeout_ms,
-            )
+            self._create(nccl_group, *config, device, timeout_ms)
         self.group = group
         self.fallback_comm_backend = _install_fallback(self, fallback_comm_backend, given)
 
