@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pending (written in session 38, no device time left): the Python drop-in changes of session 38
-# (d065e78, 900fedf) on a GPU, first the tests written for them, then the Python suite, then the
+# (d065e78, 900fedf, 07869cd) on a GPU, first the tests written for them, then the Python suite, then the
 # C tests as far as the time goes (a second call on the same warm machine: ctest -I <next>,44).
 # The README's build on the device; no carry.
 source "$(dirname "$0")/../device_env.sh"
