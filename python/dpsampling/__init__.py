@@ -854,12 +854,10 @@ class DistArgmaxState:
     def _comm_for(self, logits):
         if self.comm is None:
             tp = len(self.group)
-            torch = _torch()
-            with torch.cuda.device(self.device):  # None: stays; else restored on exit
-                self.comm = DpSamplingComm(
-                    tp, self.rank, self._group_arg, max_pad_bs=-(-self.max_M // tp) * tp,
-                    num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
-                    logits_dtype=self.dtype)
+            self.comm = DpSamplingComm(
+                tp, self.rank, self._group_arg, max_pad_bs=-(-self.max_M // tp) * tp,
+                num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
+                logits_dtype=self.dtype, device=self.device)
         return self.comm
 
     def close(self):

@@ -23,6 +23,7 @@ from dpsampling import (  # noqa: E402
 )
 from refs import argmax_ref, logit_rows, topk_ref  # noqa: E402
 from test_spec import (  # noqa: E402  (the spec's runner and its ground-truth workers)
+    _CountingNcclBackend,
     _run,
     _test_gather_persistent_buffer_reuse,
     _test_gather_verify_logprobs_correctness,
@@ -288,21 +289,18 @@ def test_onesided_lazy_dtype(world_size, dtype):
     _run(world_size, _w_onesided_lazy, dtype=dtype)
 
 
-class _CountingCollectives:
-    """The library's collectives behind a Python object, counting calls: what
-    an engine passes as the free function's backend."""
+class _CountingCollectives(_CountingNcclBackend):
+    """The spec's counting backend over the library's collectives, counting
+    the all-to-all too: what an engine passes as the free function's
+    backend."""
 
     def __init__(self):
-        self._inner = dpsampling.get_global_backend()
-        self.calls = 0
+        super().__init__(dpsampling.get_global_backend())
+        self.all_to_all_calls = 0
 
     def all_to_all_single(self, output, input, group):
-        self.calls += 1
+        self.all_to_all_calls += 1
         return self._inner.all_to_all_single(output, input, group)
-
-    def all_gather_into_tensor(self, output, input, group):
-        self.calls += 1
-        return self._inner.all_gather_into_tensor(output, input, group)
 
 
 def _w_engine_calls(rank, world_size, device, group, *, backend):
@@ -349,7 +347,8 @@ def _w_engine_calls(rank, world_size, device, group, *, backend):
                             num_tokens_per_req=n, vocab_size=vocab, group=pg, backend=coll)
     assert _same_bits(free, mine)
     if tp > 1:  # the exchange went through the object (the free function runs nccl)
-        assert coll.calls >= 1, coll.calls
+        calls = coll.all_to_all_calls + coll.all_gather_calls
+        assert calls >= 1, calls
 
 
 # (scenario, worker, world sizes): sub-groups are pairs of ranks, so 4 and up
