@@ -525,7 +525,9 @@ static PyObject* comm_get(CommObject* self, void* which) {
     case P_RANK: return PyLong_FromLong(info.rank);
     case P_N: return PyLong_FromLong(info.num_tokens_per_req);
     case P_VOCAB: return PyLong_FromLongLong(info.vocab_size);
-    case P_INIT: return PyBool_FromLong(info.initialized);
+    /* the upstream component's meaning: its one-sided state exists (never on
+     * nccl), which its engine reads as "may not be re-created for a new vocab" */
+    case P_INIT: return PyBool_FromLong(info.initialized && info.backend == dpsBackendOnesided);
     case P_DEVICE: return PyLong_FromLong(info.cuda_device);
     case P_TIMEOUT: return PyLong_FromLong(info.timeout_ms);
     case P_DTYPE:
@@ -608,7 +610,9 @@ static PyGetSetDef comm_getset[] = {
     {"rank", (getter)comm_get, NULL, NULL, (void*)P_RANK},
     {"num_tokens_per_req", (getter)comm_get, NULL, NULL, (void*)P_N},
     {"vocab_size", (getter)comm_get, NULL, NULL, (void*)P_VOCAB},
-    {"is_initialized", (getter)comm_get, NULL, "every persistent buffer exists", (void*)P_INIT},
+    {"is_initialized", (getter)comm_get, NULL,
+     "backend == 'onesided' and its buffers exist (the dtype is fixed); always False on nccl",
+     (void*)P_INIT},
     {"cuda_device", (getter)comm_get, NULL, NULL, (void*)P_DEVICE},
     {"logits_dtype", (getter)comm_get, NULL, "torch dtype of the logits, or None while unset",
      (void*)P_DTYPE},

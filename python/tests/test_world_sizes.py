@@ -186,8 +186,9 @@ def _w_onesided_lazy(rank, world_size, device, group, *, dtype):
     comm = DpSamplingComm(tp_size=tp, rank=rank, group=pg, max_pad_bs=pad_bs,
                           num_tokens_per_req=n, vocab_size=vocab, logits_dtype=None,
                           backend="onesided")
-    assert comm.logits_dtype is None
+    assert comm.logits_dtype is None and comm.is_initialized is False
     comm.prepare_verify_outputs(dtype)
+    assert comm.is_initialized is True
     reqs = pad_bs // tp
     sl = slice(rank * reqs, (rank + 1) * reqs)
     fp, fai, fal, _ = _full_verify(pad_bs, n, 7, device)
@@ -322,6 +323,9 @@ def _w_engine_calls(rank, world_size, device, group, *, backend):
     finally:
         torch.cuda.set_device(device)
     assert comm.cuda_device == device.index
+    # the engine refuses to re-create a comm for a new vocab once this is True:
+    # upstream's meaning, the one-sided state exists (never on nccl)
+    assert comm.is_initialized is False
     reqs = pad_bs // tp
     full = _full_logits(pad_bs * n, vocab, torch.bfloat16, 21, device)
     mine = full[rank * reqs * n:(rank + 1) * reqs * n]
@@ -341,7 +345,9 @@ def _w_engine_calls(rank, world_size, device, group, *, backend):
         glp = (comm.gather_verify_logprobs(lp[sl].contiguous(), pad_bs=pad_bs) if step == 0 else
                comm.gather_verify_logprobs(logprobs_local=lp[sl].contiguous(), pad_bs=pad_bs))
         assert torch.equal(glp, lp)
+    assert comm.is_initialized is (comm.backend == "onesided")
     comm.close()
+    assert comm.is_initialized is False
     coll = _CountingCollectives()
     free = swap_batch_vocab(_shard(full, rank, tp), tp_size=tp, pad_bs=pad_bs,
                             num_tokens_per_req=n, vocab_size=vocab, group=pg, backend=coll)
