@@ -77,6 +77,7 @@ __all__ = [
     "release_pending",
     "create_dist_argmax_state",
     "distributed_argmax",
+    "is_available",
     "build_info",
 ]
 
@@ -402,6 +403,51 @@ def onesided_available(group=None):
         return bool(_C.onesided_available_on_devices(devices))
     except Exception:
         return False
+
+
+def _arch_runs(architectures, major, minor):
+    """Whether a build for CMAKE_CUDA_ARCHITECTURES `architectures` (e.g.
+    "80-real;90-real;100") has device code that runs on an sm_<major><minor>
+    device: machine code of the same major at or below its minor ("a":
+    that sm alone), or PTX ("NN", "NN-virtual") at or below it, which the
+    driver compiles ("a": that sm alone; "f": the same major). An entry that
+    names no number ("native", "all") counts as running."""
+    sm = 10 * major + minor
+    for entry in str(architectures).replace(",", ";").split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        num, _, kind = entry.partition("-")
+        suffix = num[-1:] if num[-1:] in ("a", "f") else ""
+        num = num[: len(num) - len(suffix)]
+        if not num.isdigit():
+            return True
+        nn = int(num)
+        same = nn // 10 == major and nn % 10 <= minor
+        if suffix == "a":
+            same = nn == sm
+        if kind != "virtual" and same:
+            return True
+        ptx = nn == sm if suffix == "a" else nn <= sm and (suffix != "f" or nn // 10 == major)
+        if kind != "real" and ptx:
+            return True
+    return False
+
+
+def is_available():
+    """Whether the communicator and distributed_argmax can run here: torch
+    sees a CUDA device (the current one) and this build has device code for
+    its architecture. The upstream engine asks this (as the upstream argmax
+    module's is_available) before create_dist_argmax_state. Never raises."""
+    try:
+        torch = _torch()
+        if not torch.cuda.is_available():
+            return False
+        major, minor = torch.cuda.get_device_capability()
+    except Exception:
+        return False
+    architectures = getattr(_build_info, "CUDA_ARCHITECTURES", "")
+    return not architectures or _arch_runs(architectures, major, minor)
 
 
 def resolve_backend(requested="auto", group=None):

@@ -60,6 +60,7 @@ def test_import_exports():
         "get_global_backend",
         "resolve_backend",
         "onesided_available",
+        "is_available",
         "_resolve_backend",
         "_onesided_available",
     ):
@@ -202,6 +203,40 @@ def test_env_onesided_without_gpu_is_unavailable(monkeypatch):
     monkeypatch.setenv(ENV, "onesided")
     with pytest.raises(RuntimeError, match="nccl"):  # the message says how to fall back
         resolve_backend("auto", (0, 1))
+
+
+# ---- is_available ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("architectures, sm, runs", [
+    ("80-real;90-real;100", 90, True),   # the default build on an H100 / H200
+    ("80-real;90-real;100", 86, True),   # sm_80 machine code runs on sm_86
+    ("80-real;90-real;100", 75, False),  # below every entry
+    ("80-real;90-real;100", 103, True),  # compute_100 PTX (and sm_100 code, same major)
+    ("80-real;90-real;100", 120, True),  # compute_100 PTX, compiled by the driver
+    ("80-real;90-real", 100, False),     # machine code of other majors, no PTX
+    ("90", 100, True),                   # "90" is sm_90 and compute_90
+    ("90-real", 89, False),              # machine code never runs on a lower minor
+    ("90-virtual", 90, True),
+    ("90-virtual", 89, False),
+    ("90a-real", 90, True),
+    ("90a-real", 91, False),             # arch-specific: that sm alone
+    ("90a", 100, False),                 # its PTX too
+    ("100f-real", 103, True),            # family: the same major
+    ("100f", 120, False),
+    ("86", 80, False),
+    ("80,90", 90, True),                 # a comma list
+    ("native", 90, True),                # nothing to compare: assumed to run
+    ("all-major", 70, True),
+])
+def test_arch_runs(architectures, sm, runs):
+    assert dpsampling._arch_runs(architectures, sm // 10, sm % 10) is runs
+
+
+def test_is_available_without_a_device():
+    if _has_gpu():
+        pytest.skip("a GPU is present (test_select asserts it there)")
+    assert dpsampling.is_available() is False
 
 
 # ---- onesided_available ----------------------------------------------------------
