@@ -933,8 +933,11 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     dtype, idx [M] int64 global vocab indices), the same on every rank.
     out_max / out_idx are written in place when given (no extra kernel);
     an output not given is a new tensor (torch.empty on the logits' device,
-    as upstream), which the caller may keep across calls."""
-    comm = state._comm_for(logits)
+    as upstream), which the caller may keep across calls. M = 0 (an idle
+    step of the engine, on every rank of the group alike) returns empty
+    outputs with no kernel and no exchange."""
+    empty = getattr(logits, "ndim", None) == 2 and logits.shape[0] == 0
+    comm = None if empty else state._comm_for(logits)
     if out_max is None or out_idx is None:
         torch = _torch()
         rows = logits.shape[0]
@@ -942,6 +945,8 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
             out_max = torch.empty((rows,), dtype=logits.dtype, device=logits.device)
         if out_idx is None:
             out_idx = torch.empty((rows,), dtype=torch.int64, device=logits.device)
+    if empty:
+        return out_max, out_idx
     return comm.argmax(logits, out_value=out_max, out_index=out_idx)
 
 

@@ -131,9 +131,14 @@ def test_bad_arguments_name_themselves(backend):
 
 def _check_drop_in(st, V, M, seeds=(1, 2)):
     """distributed_argmax against torch on the full rows: into out_max /
-    out_idx, and into tensors of its own, for M rows and for fewer."""
+    out_idx, and into tensors of its own, for M rows and for fewer; an
+    engine's idle step (no rows) gives empty outputs."""
     out_max = torch.empty(M, dtype=torch.bfloat16, device="cuda:0")
     out_idx = torch.empty(M, dtype=torch.int64, device="cuda:0")
+    mx0, ix0 = dpsampling.distributed_argmax(st, torch.empty((0, V), dtype=torch.bfloat16,
+                                                              device="cuda:0"))
+    assert mx0.shape == (0,) and ix0.shape == (0,) and ix0.dtype == torch.int64
+    assert mx0.dtype == torch.bfloat16 and ix0.device == torch.device("cuda:0")
     for seed, m in zip(seeds, (M, 3)):
         x = logit_rows(m, V, torch.bfloat16, seed).to("cuda:0")
         want, ri, _ = argmax_ref(x, V)
