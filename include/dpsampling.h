@@ -303,11 +303,14 @@ DPS_API dpsResult_t dpsGatherVerifyLogprobs(dpsComm_t comm, const float* logprob
  * caller's device buffers, values before indices; only a few words per row
  * cross the ranks. Global index = rank*(V/tp) + column, only indices below
  * vocab_limit (1..V) take part, larger value first, ties to the lower index,
- * NaN counts as -inf. Collective at tp > 1, capturable; tp_size <= 8.
+ * NaN counts as -inf. Collective at tp > 1, capturable; tp_size <=
+ * DPS_SHARD_MAX_RANKS (dpsUnavailable above; their merges hold every rank's
+ * record of a row on chip), as for dpsSample and dpsVerifyChain.
  * dpsArgmax: value [rows] (NULL: not wanted), index int64 [rows] (required),
  *   lse fp32 [rows] (NULL: not wanted), the logsumexp over the valid columns.
  * dpsTopK: the k (1 <= k <= min(max_topk, vocab_limit)) best of every row,
  *   best first: values [rows, k] (NULL: not wanted), indices int64 [rows, k]. */
+#define DPS_SHARD_MAX_RANKS 8
 DPS_API dpsResult_t dpsArgmax(dpsComm_t comm, const void* logits, int64_t rows, int64_t cols,
                       dpsDataType_t dtype, int64_t vocab_limit, void* value, int64_t* index,
                       float* lse, struct CUstream_st* stream);
@@ -326,7 +329,7 @@ DPS_API dpsResult_t dpsTopK(dpsComm_t comm, const void* logits, int64_t rows, in
  * device (an invalid entry: the call writes nothing and is counted,
  * dpsCommGetSampleStats names it). tokens int64 [rows] (required), logprobs
  * fp32 [rows] (NULL: not wanted), the raw log_softmax at the token.
- * Collective at tp > 1, capturable; tp_size <= 8, V <= 2^23. */
+ * Collective at tp > 1, capturable; tp_size <= DPS_SHARD_MAX_RANKS, V <= 2^23. */
 /* Candidates per rank within which a row's kept set is drawn in one pass and
  * one exchange; other rows take the exact threshold search (docs/api.md). */
 #define DPS_SAMPLE_CANDIDATES 64

@@ -84,6 +84,9 @@ __all__ = [
 BACKEND_ENV = "DPSAMPLING_BACKEND"
 BACKEND_ENV_ALIAS = "TOKENSPEED_DP_SAMPLING_BACKEND"
 
+# The most ranks of argmax, topk, sample and verify_chain (DPS_SHARD_MAX_RANKS).
+SHARD_MAX_RANKS = _C.SHARD_MAX_RANKS
+
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _NON_GROUP_MEMBER = -100  # torch.distributed.GroupMember.NON_GROUP_MEMBER
@@ -814,8 +817,10 @@ def swap_batch_vocab(
     run the exchange with, as the upstream function takes them (an object
     with all_to_all_single(output, input, group) and
     all_gather_into_tensor(output, input, group): DpSamplingComm's
-    fallback_comm_backend); None: the library's NCCL. Uses a cached
-    communicator per (group, N, V, dtype, current device), recreated when
+    fallback_comm_backend); None: the library's NCCL. The tensor's shape and
+    device are checked first (ValueError), before any communicator is made
+    or replaced. Uses a cached communicator per (group, N, V, dtype, the
+    tensor's device), recreated when
     pad_bs exceeds its max_pad_bs or another backend object comes (so pass
     one long-lived object, as engines do), and copies its persistent output
     into a fresh tensor on torch's current stream. Collective: every rank of
@@ -843,8 +848,17 @@ def swap_batch_vocab(
             "backend must have all_to_all_single(output, input, group) and "
             f"all_gather_into_tensor(output, input, group), got {type(backend).__name__}"
         )
-    torch = _torch()
-    device = torch.cuda.current_device()
+    if vocab_size % tp_size != 0:
+        raise ValueError(f"vocab_size={vocab_size} must be divisible by tp_size={tp_size}")
+    want = (pad_bs * num_tokens_per_req, vocab_size // tp_size)
+    if tuple(getattr(local_logits, "shape", ())) != want:
+        raise ValueError(
+            f"local_logits shape {tuple(local_logits.shape)} != expected [pad_bs*N, V/tp] = "
+            f"{list(want)} (pad_bs={pad_bs}, N={num_tokens_per_req}, V/tp={want[1]})"
+        )
+    if local_logits.device.type != "cuda":
+        raise ValueError(f"local_logits must be on a CUDA device, got {local_logits.device}")
+    device = local_logits.device.index
     key = (group, num_tokens_per_req, vocab_size, dtype, device)
     comm = _free_comms.get(key)
     if comm is None or comm.max_pad_bs < pad_bs or comm._free_backend is not backend:
@@ -861,6 +875,7 @@ def swap_batch_vocab(
                 logits_dtype=dtype,
                 backend="nccl",
                 fallback_comm_backend=backend,
+                device=device,
             )
             comm._free_backend = backend  # the object asked for (kept even if refused)
             _free_comms[key] = comm
@@ -879,7 +894,9 @@ class DistArgmaxState:
     created at the first call (when the shard width, hence V, is known;
     collective, outside CUDA-graph capture) on `device` (None: the current
     one); the caller's current device is left as it was. Needs no NVLink
-    multicast and runs at any tp up to 8, tp=1 included."""
+    multicast and runs at any tp up to SHARD_MAX_RANKS (8), tp=1 included.
+    The communicator leaves its logits dtype unset (argmax does not fix
+    it), so it holds no swap buffers: only the records of max_M rows."""
 
     def __init__(self, group, rank_in_group, max_M, dtype, device=None):
         self.group, self._group_arg = _group_args(group)
@@ -893,9 +910,33 @@ class DistArgmaxState:
         self.max_M = _int_arg("max_M", max_M)
         if self.max_M < 1:
             raise ValueError(f"max_M={self.max_M} must be >= 1")
+        if len(self.group) > SHARD_MAX_RANKS:
+            raise ValueError(
+                f"group={self.group} has {len(self.group)} ranks; distributed_argmax supports at "
+                f"most {SHARD_MAX_RANKS}"
+            )
+        self._dtype_code = _C.dtype_code(dtype, "dtype", False)  # TypeError
+        self._dtype_seen = None  # the last logits dtype found to be `dtype`
         self.dtype = dtype
         self.device = device
         self.comm = None
+
+    def _check_logits(self, logits):
+        """logits is a 2-D tensor of the state's dtype: checked here, before
+        anything is created from its shape (the communicator leaves its own
+        dtype unset, so that it allocates no swap buffers)."""
+        ndim = getattr(logits, "ndim", None)
+        if not isinstance(ndim, int) or not hasattr(logits, "dtype"):
+            raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+        if ndim != 2:
+            raise ValueError(f"logits must be 2-D [M, V/tp], got shape {tuple(logits.shape)}")
+        if logits.dtype is not self._dtype_seen:
+            if _C.dtype_code(logits.dtype, "logits.dtype", False) != self._dtype_code:
+                raise RuntimeError(
+                    f"distributed_argmax: logits dtype {logits.dtype} differs from the state's "
+                    f"dtype {self.dtype}"
+                )
+            self._dtype_seen = logits.dtype
 
     def _comm_for(self, logits):
         if self.comm is None:
@@ -903,7 +944,7 @@ class DistArgmaxState:
             self.comm = DpSamplingComm(
                 tp, self.rank, self._group_arg, max_pad_bs=-(-self.max_M // tp) * tp,
                 num_tokens_per_req=1, vocab_size=logits.shape[1] * tp,
-                logits_dtype=self.dtype, device=self.device)
+                logits_dtype=None, device=self.device)
         return self.comm
 
     def close(self):
@@ -936,7 +977,8 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     as upstream), which the caller may keep across calls. M = 0 (an idle
     step of the engine, on every rank of the group alike) returns empty
     outputs with no kernel and no exchange."""
-    empty = getattr(logits, "ndim", None) == 2 and logits.shape[0] == 0
+    state._check_logits(logits)
+    empty = logits.shape[0] == 0
     comm = None if empty else state._comm_for(logits)
     if out_max is None or out_idx is None:
         torch = _torch()

@@ -9,6 +9,7 @@ import torch.distributed
 __version__: str
 BACKEND_ENV: str
 BACKEND_ENV_ALIAS: str
+SHARD_MAX_RANKS: int  # the most ranks of argmax, topk, sample, verify_chain, distributed_argmax
 
 # A torch.distributed ProcessGroup (its global ranks; torch collectives of the
 # bootstrap run over it), global ranks, one rank, or None (0..tp_size-1).
@@ -21,7 +22,9 @@ _Dtype = Union[torch.dtype, str]
 # A sample() parameter: a number for every row, or a 1-D tensor [rows] on the
 # logits' device (float32; top_k int32/int64; seed/offset int64 = uint64 bits);
 # for verify_chain() a tensor holds one entry per request ([pad_bs]).
+# temperature, top_p, min_p: a float (or int); top_k, seed, offset: an int.
 _Param = Union[float, int, torch.Tensor]
+_IntParam = Union[int, torch.Tensor]
 
 class SampleStats(TypedDict):
     rows_greedy: int
@@ -131,8 +134,8 @@ class DpSamplingComm:
     ) -> Tuple[torch.Tensor, torch.Tensor]: ...
     # -> tokens int64 [rows], or (tokens, logprobs fp32 [rows]) with return_logprobs=True
     def sample(
-        self, local_logits: torch.Tensor, *, temperature: _Param, seed: _Param, offset: _Param,
-        top_k: Optional[_Param] = ..., top_p: Optional[_Param] = ...,
+        self, local_logits: torch.Tensor, *, temperature: _Param, seed: _IntParam,
+        offset: _IntParam, top_k: Optional[_IntParam] = ..., top_p: Optional[_Param] = ...,
         min_p: Optional[_Param] = ..., vocab_limit: Optional[int] = ...,
         return_logprobs: bool = ..., out: Optional[torch.Tensor] = ...,
         out_logprobs: Optional[torch.Tensor] = ...
@@ -143,7 +146,7 @@ class DpSamplingComm:
     # tensor holding pad_bs entries (one per request).
     def verify_chain(
         self, local_logits: torch.Tensor, candidates: torch.Tensor, *, pad_bs: int,
-        temperature: _Param, seed: _Param, offset: _Param, top_k: Optional[_Param] = ...,
+        temperature: _Param, seed: _IntParam, offset: _IntParam, top_k: Optional[_IntParam] = ...,
         top_p: Optional[_Param] = ..., min_p: Optional[_Param] = ...,
         vocab_limit: Optional[int] = ..., vocab_mask: Optional[torch.Tensor] = ...,
         softcap: Optional[float] = ..., return_logprobs: bool = ...

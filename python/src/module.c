@@ -383,6 +383,7 @@ PyMODINIT_FUNC PyInit__dpsampling(void) {
   ADD_INT(m, "BACKEND_NCCL", dpsBackendNccl);
   ADD_INT(m, "BACKEND_ONESIDED", dpsBackendOnesided);
   ADD_INT(m, "UNIQUE_ID_BYTES", sizeof(dpsUniqueId));
+  ADD_INT(m, "SHARD_MAX_RANKS", DPS_SHARD_MAX_RANKS);
   ADD_INT(m, "HEADER_VERSION", DPS_VERSION_CODE);
   ADD_INT(m, "NCCL_HEADER_VERSION", NCCL_VERSION_CODE);
   return m;

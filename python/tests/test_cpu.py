@@ -685,6 +685,50 @@ def test_free_swap_backend_needs_both_collectives(backend):
                                     vocab_size=64, group=(0,), backend=backend)
 
 
+def test_dist_argmax_checks_before_any_communicator():
+    """create_dist_argmax_state refuses a dtype the library has no kernels
+    for at creation (it was taken, then refused at every call); the first
+    call refuses what is not a 2-D tensor of the state's dtype before it
+    creates a communicator from the shape."""
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match="dtype='int8' is not a supported logits dtype"):
+        dpsampling.DistArgmaxState((0,), 0, 8, "int8")
+    st = dpsampling.DistArgmaxState((0,), 0, 8, "bf16")
+    assert dpsampling.SHARD_MAX_RANKS == 8
+    with pytest.raises(TypeError, match="logits must be a torch.Tensor, got list"):
+        dpsampling.distributed_argmax(st, [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"logits must be 2-D \[M, V/tp\], got shape \(16,\)"):
+        dpsampling.distributed_argmax(st, np.zeros(16))
+    with pytest.raises(TypeError, match="logits.dtype="):
+        dpsampling.distributed_argmax(st, np.zeros((2, 16), dtype=np.float32))
+    assert st.comm is None
+
+
+def test_free_swap_checks_the_tensor_before_any_communicator():
+    """The free swap refuses a tensor of the wrong shape or off the GPU
+    with ValueError naming it, before a communicator is made or replaced
+    (the cache stays as it was)."""
+    import types
+
+    before = dict(dpsampling._free_comms)
+
+    def x(shape, kind="cuda"):
+        return types.SimpleNamespace(dtype="bf16", shape=shape,
+                                     device=types.SimpleNamespace(type=kind, index=0))
+
+    args = dict(tp_size=2, pad_bs=4, num_tokens_per_req=2, vocab_size=64, group=(0, 1))
+    with pytest.raises(ValueError, match=r"local_logits shape \(8, 16\) != expected "
+                                         r"\[pad_bs\*N, V/tp\] = \[8, 32\]"):
+        swap_batch_vocab(x((8, 16)), **args)
+    with pytest.raises(ValueError, match=r"shape \(4, 32\) != expected"):
+        swap_batch_vocab(x((4, 32)), **args)  # pad_bs rows, not pad_bs*N
+    with pytest.raises(ValueError, match="must be on a CUDA device, got"):
+        swap_batch_vocab(x((8, 32), "cpu"), **args)
+    with pytest.raises(ValueError, match="vocab_size=65 must be divisible by tp_size=2"):
+        swap_batch_vocab(x((8, 32)), **dict(args, vocab_size=65))
+    assert dpsampling._free_comms == before
+
+
 def test_fallback_installed_without_warning(recwarn):
     from dpsampling import _install_fallback
 

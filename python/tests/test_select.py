@@ -144,6 +144,8 @@ def _check_drop_in(st, V, M, seeds=(1, 2)):
         want, ri, _ = argmax_ref(x, V)
         mx, ix = dpsampling.distributed_argmax(st, x, out_max=out_max[:m], out_idx=out_idx[:m])
         assert mx.data_ptr() == out_max.data_ptr() and ix.data_ptr() == out_idx.data_ptr()
+        # argmax leaves the communicator's dtype unset: no swap buffers
+        assert st.comm.logits_dtype is None
         torch.cuda.synchronize(0)
         assert torch.equal(ix.cpu(), ri)
         assert torch.equal(mx.float().cpu(), want) and mx.dtype == torch.bfloat16
@@ -157,6 +159,8 @@ def _check_drop_in(st, V, M, seeds=(1, 2)):
         assert torch.equal(ix2.cpu(), ri2) and torch.equal(mx2.float().cpu(), want2)
         assert torch.equal(ix3.cpu(), argmax_ref(x3, V)[1])
         assert ix3.data_ptr() != ix2.data_ptr() and mx3.data_ptr() != mx2.data_ptr()
+    with pytest.raises(RuntimeError, match="logits dtype torch.float16 differs from the state's"):
+        dpsampling.distributed_argmax(st, torch.zeros((2, V), dtype=torch.float16, device="cuda:0"))
 
 
 def test_distributed_argmax_drop_in():

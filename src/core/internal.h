@@ -336,10 +336,9 @@ void dpsDeviceFree(dpsComm_t comm, void** p);
  * (layout.h), made by the backend's init through this, freed by
  * dpsFreeVerifyOutputs. */
 dpsResult_t dpsAllocVerifyOutputs(dpsComm_t comm);
-/* The most ranks of a shard reduction (argmax, top-k, sample): their merges
- * hold every rank's record of a row in shared memory. Equal to the onesided
- * limit (DPS_PEER_MAX_RANKS, checked in core/sample.c); nccl alone allows more. */
-#define DPS_SHARD_MAX_RANKS 8
+/* DPS_SHARD_MAX_RANKS (dpsampling.h), the most ranks of a shard reduction,
+ * equals the onesided limit (DPS_PEER_MAX_RANKS, checked in core/sample.c);
+ * nccl alone allows more. */
 
 /* Argument checks shared by the shard reductions (core/select.c): the
  * logits of a call (fills call's logits, rows, dtype, vocab_limit), and an
