@@ -76,6 +76,9 @@ __all__ = [
     "destroy_group_communicators",
     "release_pending",
     "create_dist_argmax_state",
+    "try_create_dist_argmax_state",
+    "supports_dist_argmax_shape",
+    "DistArgmaxState",
     "distributed_argmax",
     "is_available",
     "build_info",
@@ -966,6 +969,34 @@ def create_dist_argmax_state(group, rank_in_group, max_M, dtype=None, device=Non
     if dtype is None:
         dtype = _torch().bfloat16
     return DistArgmaxState(group, rank_in_group, max_M, dtype, device)
+
+
+def try_create_dist_argmax_state(group, rank_in_group, max_M, dtype=None, device=None,
+                                 skip_ping_pong=False):
+    """Drop-in for the newer upstream engine's try_create_dist_argmax_state,
+    which returns None where its kernel cannot run (no NVLink multicast).
+    Ours needs none, so this is create_dist_argmax_state: a state, or the
+    same exceptions for bad arguments."""
+    return create_dist_argmax_state(group, rank_in_group, max_M, dtype, device, skip_ping_pong)
+
+
+def supports_dist_argmax_shape(vocab_per_rank, dtype, world_size):
+    """Drop-in for the newer upstream engine's supports_dist_argmax_shape:
+    whether distributed_argmax takes shards of vocab_per_rank columns of
+    `dtype` over world_size ranks, from the configuration alone (no GPU,
+    nothing collective): a logits dtype (fp32, bf16, fp16), 1 <= world_size
+    <= SHARD_MAX_RANKS, vocab_per_rank >= 1 and world_size * vocab_per_rank
+    a vocabulary the library takes. Any width works (no alignment or
+    minimum). Never raises."""
+    try:
+        _C.dtype_code(dtype, "dtype", False)
+        tp, v = _int_arg("world_size", world_size), _int_arg("vocab_per_rank", vocab_per_rank)
+        if not 1 <= tp <= SHARD_MAX_RANKS or v < 1:
+            return False
+        _C.config_check(tp, 0, tp, 1, tp * v, _C.DTYPE_UNSET, _C.BACKEND_NCCL, 0)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return False
+    return True
 
 
 def distributed_argmax(state, logits, *, out_max=None, out_idx=None):

@@ -61,6 +61,9 @@ def test_import_exports():
         "resolve_backend",
         "onesided_available",
         "is_available",
+        "try_create_dist_argmax_state",
+        "supports_dist_argmax_shape",
+        "DistArgmaxState",
         "_resolve_backend",
         "_onesided_available",
     ):
@@ -702,6 +705,34 @@ def test_dist_argmax_checks_before_any_communicator():
     with pytest.raises(TypeError, match="logits.dtype="):
         dpsampling.distributed_argmax(st, np.zeros((2, 16), dtype=np.float32))
     assert st.comm is None
+
+
+@pytest.mark.parametrize("vocab_per_rank, dtype, world_size, fits", [
+    (4096, "bf16", 2, True),
+    (19008, "fp16", 8, True),     # 152064 over 8 ranks
+    (1, "fp32", 1, True),         # any width: no alignment or minimum here
+    (1000, "bf16", 3, True),
+    (1431655765, "bf16", 3, True),  # 2^32 - 1 columns in all: the largest vocabulary
+    (2**31, "bf16", 2, False),    # 2^32 columns
+    (0, "bf16", 2, False),
+    (4096, "int8", 2, False),     # no kernels for it
+    (4096, "bf16", 9, False),     # above SHARD_MAX_RANKS
+    (4096, "bf16", 0, False),
+    (4096.0, "bf16", 2, False),   # not an int
+])
+def test_supports_dist_argmax_shape(vocab_per_rank, dtype, world_size, fits):
+    assert dpsampling.supports_dist_argmax_shape(vocab_per_rank, dtype, world_size) is fits
+
+
+def test_try_create_dist_argmax_state_is_create():
+    """Ours needs no NVLink multicast, so the newer upstream's
+    try_create_dist_argmax_state always gives a state (no communicator
+    yet), and bad arguments raise as create_dist_argmax_state's do."""
+    st = dpsampling.try_create_dist_argmax_state((0,), 0, 8, "bf16", None, True)
+    assert isinstance(st, dpsampling.DistArgmaxState) and st.comm is None
+    assert st.max_M == 8 and st.group == (0,)
+    with pytest.raises(ValueError, match="max_M=0 must be >= 1"):
+        dpsampling.try_create_dist_argmax_state((0,), 0, 0, "bf16")
 
 
 def test_free_swap_checks_the_tensor_before_any_communicator():
