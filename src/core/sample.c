@@ -95,18 +95,24 @@ cudaError_t dpsPreloadShardKernels(void) {
 }
 
 /* ---- arguments --------------------------------------------------------------------- */
+/* The scalars the call uses: one whose array is given is replaced by it and
+ * not checked. Values print with %.9g, which tells every float apart (1 + 2^-23
+ * is not "1"). */
 static dpsResult_t checkScalars(const char* op, const dpsSampleParams_t* p) {
-  switch (dpsSampleBadParam(p->temperature, p->top_p, p->min_p)) {
+  const float t = p->temperatures != NULL ? 1.f : p->temperature;
+  const float top_p = p->top_ps != NULL ? 1.f : p->top_p;
+  const float min_p = p->min_ps != NULL ? 0.f : p->min_p;
+  switch (dpsSampleBadParam(t, top_p, min_p)) {
     case DPS_SAMPLE_ARG_TEMPERATURE:
       return dpsSetError(dpsInvalidArgument,
-                         "%s: params->temperature=%g must be finite and >= 0 (0: greedy)", op,
-                         (double)p->temperature);
+                         "%s: params->temperature=%.9g must be finite and >= 0 (0: greedy)", op,
+                         (double)t);
     case DPS_SAMPLE_ARG_TOP_P:
-      return dpsSetError(dpsInvalidArgument, "%s: params->top_p=%g must be in (0, 1] (1: off)",
-                         op, (double)p->top_p);
+      return dpsSetError(dpsInvalidArgument, "%s: params->top_p=%.9g must be in (0, 1] (1: off)",
+                         op, (double)top_p);
     case DPS_SAMPLE_ARG_MIN_P:
-      return dpsSetError(dpsInvalidArgument, "%s: params->min_p=%g must be in [0, 1) (0: off)",
-                         op, (double)p->min_p);
+      return dpsSetError(dpsInvalidArgument, "%s: params->min_p=%.9g must be in [0, 1) (0: off)",
+                         op, (double)min_p);
     default:
       return dpsSuccess;
   }
@@ -152,22 +158,23 @@ static dpsSampleParamsDev devParams(const dpsSampleParams_t* p) {
 }
 
 /* ---- the steps --------------------------------------------------------------------- */
-static dpsResult_t launched(cudaError_t e, const char* kernel, int64_t rows) {
+/* A launch's status; the message names the call (sample, verify_chain). */
+static dpsResult_t launched(cudaError_t e, const char* op, const char* kernel, int64_t rows) {
   if (e == cudaSuccess) return dpsSuccess;
-  return dpsSetError(dpsCudaError, "sample: %s kernel launch (rows=%" PRId64 ") failed: %s",
+  return dpsSetError(dpsCudaError, "%s: %s kernel launch (rows=%" PRId64 ") failed: %s", op,
                      kernel, rows, cudaGetErrorString(e));
 }
 
 static dpsResult_t stepLocal(const dpsRecOp* op, const dpsRecSink* sink, cudaStream_t stream) {
   dpsSampleArgs a = *(const dpsSampleArgs*)op->ctx;
   a.sink = *sink;
-  return launched(dpsLaunchSampleLocal(&a, stream), "local", a.rows);
+  return launched(dpsLaunchSampleLocal(&a, stream), op->name, "local", a.rows);
 }
 
 static dpsResult_t stepMerge(const dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream) {
   dpsSampleArgs a = *(const dpsSampleArgs*)op->ctx;
   a.src = *src;
-  return launched(dpsLaunchSampleMerge(&a, stream), "merge", a.rows);
+  return launched(dpsLaunchSampleMerge(&a, stream), op->name, "merge", a.rows);
 }
 
 /* Blocks of the first pass resident at once, per_sm on every SM. */
@@ -218,21 +225,21 @@ static int firstTiled(dpsComm_t comm, const dpsSampleArgs* a, dpsDataType_t dtyp
                                            a->nvalid, a->chunks, dtype, 0.5);
 }
 
-static dpsResult_t runSample(dpsComm_t comm, dpsSampleArgs* a, int may_topk, int may_topp,
-                             int may_filter, cudaStream_t stream) {
+static dpsResult_t runSample(dpsComm_t comm, const char* name, dpsSampleArgs* a, int may_topk,
+                             int may_topp, int may_filter, cudaStream_t stream) {
   if (comm->config.tp_size == 1) { /* no exchange: the first kernel draws every row */
     a->step = DPS_SAMPLE_STEP_FIRST; /* no sink: nothing leaves the kernel but the outputs */
     a->pdl = comm->pdl;              /* no peer to wait for while resident */
-    DPS_CHECK(launched(dpsLaunchSampleLocal(a, stream), "local", a->rows));
+    DPS_CHECK(launched(dpsLaunchSampleLocal(a, stream), name, "local", a->rows));
     if (a->exact_clusters == 0) return dpsSuccess;
-    return launched(dpsLaunchSampleExact(a, stream), "exact", a->rows);
+    return launched(dpsLaunchSampleExact(a, stream), name, "exact", a->rows);
   }
   if (comm->ops->records == NULL)
-    return dpsSetError(dpsUnavailable, "sample: the %s backend cannot exchange records",
+    return dpsSetError(dpsUnavailable, "%s: the %s backend cannot exchange records", name,
                        comm->ops->name);
   dpsRecOp op;
   memset(&op, 0, sizeof op);
-  op.name = "sample";
+  op.name = name;
   op.rows = a->rows;
   op.local = stepLocal;
   op.merge = stepMerge;
@@ -349,7 +356,7 @@ static dpsResult_t runCall(dpsComm_t comm, const char* op, SampleCall* c,
     r = dpsSelectSteps(comm, op, &sel, stream);
   } else {
     if (one_kernel) c->a.walk = *after;
-    r = runSample(comm, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
+    r = runSample(comm, op, &c->a, c->may_topk, c->may_topp, c->may_filter, stream);
   }
   if (r == dpsSuccess && after != NULL && !one_kernel) {
     const cudaError_t e = dpsLaunchVerifyWalk(&c->a, after, stream);
@@ -487,7 +494,7 @@ dpsResult_t dpsCommGetSampleStats(dpsComm_t comm, dpsSampleStats_t* stats) {
     float v;
     memcpy(&v, &c.bad_bits, sizeof v);
     dpsSetError(dpsInvalidArgument,
-                "sample or verify_chain: params->%s[%lld]=%g is invalid (temperature finite >= 0, top_p in (0, 1], "
+                "sample or verify_chain: params->%s[%lld]=%.9g is invalid (temperature finite >= 0, top_p in (0, 1], "
                 "min_p in [0, 1)); that call wrote nothing",
                 argName(c.bad_arg), c.bad_row, (double)v);
   } else {

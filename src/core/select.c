@@ -72,14 +72,14 @@ static dpsResult_t selLocal(const dpsRecOp* op, const dpsRecSink* sink, cudaStre
   const dpsSelStep* s = (const dpsSelStep*)op->ctx;
   dpsSelLocalArgs a;
   dpsSelPlanStep(s, sink, sinkPdl(sink), &a);
-  return dpsSelLaunchLocal(&a, s->call.k, stream);
+  return dpsSelLaunchLocal(&a, s->call.k, s->op, stream);
 }
 
 static dpsResult_t selMerge(const dpsRecOp* op, const dpsRecSource* src, cudaStream_t stream) {
   const dpsSelStep* s = (const dpsSelStep*)op->ctx;
   dpsSelMergeArgs m;
   dpsSelPlanStepMerge(s, src, src->ll ? src->c.pdl : 0, &m);
-  return dpsSelLaunchMerge(&m, s->call.k, stream);
+  return dpsSelLaunchMerge(&m, s->call.k, s->op, stream);
 }
 
 static dpsResult_t runSteps(dpsComm_t comm, const char* name, const dpsSelStep* s,
@@ -91,7 +91,7 @@ static dpsResult_t runSteps(dpsComm_t comm, const char* name, const dpsSelStep* 
     sink.max_blocks = comm->local_max_blocks;
     dpsSelLocalArgs a;
     dpsSelPlanStep(s, &sink, comm->pdl, &a);
-    return dpsSelLaunchLocal(&a, s->call.k, stream);
+    return dpsSelLaunchLocal(&a, s->call.k, s->op, stream);
   }
   if (comm->ops->records == NULL)
     return dpsSetError(dpsUnavailable, "%s: the %s backend cannot exchange records", name,
@@ -111,6 +111,7 @@ dpsResult_t dpsSelectSteps(dpsComm_t comm, const char* op, const dpsSelectCall* 
                            cudaStream_t stream) {
   dpsSelStep s;
   memset(&s, 0, sizeof s);
+  s.op = op;
   s.call = *call;
   s.tp = comm->config.tp_size;
   s.rank = comm->config.rank;

@@ -153,19 +153,20 @@ void dpsSelPlanStepMerge(const dpsSelStep* s, const dpsRecSource* src, int pdl,
   m->src = *src;
 }
 
-/* A launch's status; the message names the operation and the kernel. */
-static dpsResult_t launched(cudaError_t e, int k, const char* kernel, long long rows) {
+/* A launch's status; the message names the call (a sample call may run
+ * argmax's pass) and the kernel. */
+static dpsResult_t launched(cudaError_t e, const char* op, const char* kernel, long long rows) {
   if (e == cudaSuccess) return dpsSuccess;
-  return dpsSetError(dpsCudaError, "%s: %s kernel launch (rows=%lld) failed: %s",
-                     k > 0 ? "topk" : "argmax", kernel, rows, cudaGetErrorString(e));
+  return dpsSetError(dpsCudaError, "%s: %s kernel launch (rows=%lld) failed: %s", op, kernel, rows,
+                     cudaGetErrorString(e));
 }
 
-dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, cudaStream_t stream) {
-  return launched(k > 0 ? dpsLaunchTopkLocal(a, stream) : dpsLaunchArgmaxLocal(a, stream), k,
+dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, const char* op, cudaStream_t stream) {
+  return launched(k > 0 ? dpsLaunchTopkLocal(a, stream) : dpsLaunchArgmaxLocal(a, stream), op,
                   "local", a->rows);
 }
 
-dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, cudaStream_t stream) {
-  return launched(k > 0 ? dpsLaunchTopkMerge(m, stream) : dpsLaunchArgmaxMerge(m, stream), k,
+dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, const char* op, cudaStream_t stream) {
+  return launched(k > 0 ? dpsLaunchTopkMerge(m, stream) : dpsLaunchArgmaxMerge(m, stream), op,
                   "merge", m->rows);
 }

@@ -45,6 +45,7 @@ void dpsSelPlanMerge(const dpsSelectCall* call, int tp, int pdl, dpsSelMergeArgs
  * (core/select.c): what the local pass and the merge are planned from once
  * the backend's sink or source is known. */
 typedef struct dpsSelStep {
+  const char* op; /* the call's name (argmax, topk, sample, verify_chain), for messages */
   dpsSelectCall call;
   int tp, rank;
   int64_t cols;             /* V / tp */
@@ -61,8 +62,8 @@ void dpsSelPlanStepMerge(const dpsSelStep* s, const dpsRecSource* src, int pdl,
                          dpsSelMergeArgs* m);
 
 /* Launches; the message names `op` and the kernel on failure. */
-dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, cudaStream_t stream);
-dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, cudaStream_t stream);
+dpsResult_t dpsSelLaunchLocal(const dpsSelLocalArgs* a, int k, const char* op, cudaStream_t stream);
+dpsResult_t dpsSelLaunchMerge(const dpsSelMergeArgs* m, int k, const char* op, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -658,6 +658,22 @@ static int testSampleChecks(void) {
     FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
                  dpsInvalidArgument, bad[i].name);
   }
+  /* the value exactly: 1 + 2^-23 is not "1" */
+  p = ok;
+  p.top_p = nextafterf(1.f, 2.f);
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, (int64_t*)tok, NULL, NULL),
+               dpsInvalidArgument, "params->top_p=1.00000012 must be in (0, 1]");
+  /* a scalar whose array is given is not used, so not checked: the next
+   * check (tokens) is the one that fails */
+  p = ok;
+  p.temperature = NAN;
+  p.temperatures = (const float*)arr;
+  p.top_p = 0.f;
+  p.top_ps = (const float*)arr;
+  p.min_p = 2.f;
+  p.min_ps = (const float*)arr;
+  FX_CHECK_ERR(dpsSample(comm, in_buf, 8, 100, dpsBfloat16, 400, &p, NULL, NULL, NULL),
+               dpsInvalidArgument, "sample: tokens is NULL");
   p = ok;
   p.top_ks = (const int32_t*)arr;
   p.top_ks_i64 = (const int64_t*)arr;
