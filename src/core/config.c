@@ -102,6 +102,14 @@ dpsResult_t dpsConfigCheck(const dpsConfig_t* c) {
   if (c->max_topk < 0 || c->max_topk > DPS_TOPK_MAX)
     return dpsSetError(dpsInvalidArgument, "max_topk=%d must be in [0, %d]", c->max_topk,
                        DPS_TOPK_MAX);
+  /* A call's rows index the kernels' grids and the per-row scratch as 32-bit
+   * values (and the per-row sizes stay far from size_t's range). */
+  const int64_t max_rows = (int64_t)c->max_pad_bs * c->num_tokens_per_req;
+  if (max_rows > INT32_MAX)
+    return dpsSetError(dpsInvalidArgument,
+                       "max_pad_bs=%d x num_tokens_per_req=%d = %" PRId64
+                       " rows: more than 2^31 - 1 overflow the kernels' 32-bit row indices",
+                       c->max_pad_bs, c->num_tokens_per_req, max_rows);
   /* The largest buffer: the full logits [max_pad_bs*N, V] at 4 bytes, plus a
    * margin for staging. It must fit in 63 bits. */
   uint64_t elems, bytes;

@@ -61,7 +61,8 @@ DPS_HD size_t dpsRoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 /* The persistent verify outputs, one device allocation per communicator
  * (every backend's): predict | accept_index | logprobs, [max_pad_bs*N] each,
  * then accept_length [max_pad_bs], each segment 256-byte aligned. The
- * config checks keep max_pad_bs*N*V*8 in 63 bits, so nothing overflows. */
+ * config checks keep max_pad_bs*N below 2^31 and max_pad_bs*N*V*8 in 63
+ * bits, so nothing overflows. */
 typedef struct {
   size_t seg;   /* bytes of a [max_pad_bs*N] segment */
   size_t segl;  /* bytes of the accept_length segment */

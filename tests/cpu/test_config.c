@@ -156,15 +156,20 @@ int main(void) {
   c = good(); c.vocab_size = (INT64_MAX / 4) * 4; /* a multiple of tp_size, far too large */
   EXPECT_BAD(c, "vocab_size=9223372036854775804", "2^32");
 
-  /* Byte counts that do not fit in 64 bits. */
-  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = INT32_MAX;
-  c.num_tokens_per_req = INT32_MAX; c.vocab_size = 1 << 20;
-  EXPECT_BAD(c, "max_pad_bs", "overflow");
-  c = good(); c.max_pad_bs = (INT32_MAX / 4) * 4; c.num_tokens_per_req = INT32_MAX;
-  c.vocab_size = (int64_t)UINT32_MAX - 3; /* the largest vocab, the product overflows */
+  /* Rows (max_pad_bs * N) up to 2^31 - 1: the kernels' row indices. */
+  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = INT32_MAX; c.num_tokens_per_req = 1;
+  c.vocab_size = 1;
+  FX_CHECK_OK(dpsConfigCheck(&c)); /* the most rows */
+  c.max_pad_bs = 1 << 28; c.num_tokens_per_req = 8; /* 2^31 */
+  EXPECT_BAD(c, "max_pad_bs=268435456 x num_tokens_per_req=8 = 2147483648 rows", "2^31 - 1");
+  c.max_pad_bs = INT32_MAX; c.num_tokens_per_req = INT32_MAX; /* the int product would wrap */
+  EXPECT_BAD(c, "= 4611686014132420609 rows", "32-bit row indices");
+  /* Byte counts that do not fit in 64 bits: the largest rows and vocab. */
+  c = good(); c.max_pad_bs = (INT32_MAX / 4) * 4; c.num_tokens_per_req = 1;
+  c.vocab_size = (int64_t)UINT32_MAX - 3; /* the product overflows */
   EXPECT_BAD(c, "vocab_size=4294967292", "overflow");
-  /* Large but representable: 2^31 * 8 * 2^20 * 8 bytes = 2^57 fits. */
-  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = 1 << 30;
+  /* Large but representable: 2^27 * 8 rows * 2^20 * 8 bytes = 2^56 fits. */
+  c = good(); c.tp_size = 1; c.rank = 0; c.max_pad_bs = 1 << 27;
   c.num_tokens_per_req = 8; c.vocab_size = (int64_t)1 << 20;
   FX_CHECK_OK(dpsConfigCheck(&c));
 
