@@ -122,14 +122,16 @@ def build_info():
 
 def _int_arg(name, value, hi=_INT32_MAX):
     if isinstance(value, bool):  # an int to Python, a flag to the caller: never a count
-        raise TypeError(f"{name} must be an int, got bool")
+        raise TypeError(f"{name} must be an int, got bool {value!r}")
     if not isinstance(value, int):
         try:
             import operator
 
             value = operator.index(value)
         except TypeError:
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+            raise TypeError(
+                f"{name} must be an int, got {type(value).__name__} {value!r:.80}"
+            ) from None
     if value < -hi - 1 or value > hi:
         raise ValueError(f"{name}={value} is out of range")
     return value
@@ -204,7 +206,7 @@ def _float_param(name, value, off):
                 raise ValueError(f"{name}={value!r} is too large for a float") from None
         elif value is None or isinstance(value, (bool, numbers.Number)):
             raise TypeError(f"{name} must be a real number or a tensor [rows] of torch.float32, "
-                            f"got {type(value).__name__}")
+                            f"got {type(value).__name__} {value!r:.80}")
         else:
             return _tensor_or_raise(name, value, "torch.float32")
     return _FLOAT_SCALARS[name](value)
@@ -254,7 +256,10 @@ def _softcap_arg(softcap):
 
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be None or a real number, got {type(softcap).__name__}")
-    c = float(softcap)
+    try:
+        c = float(softcap)
+    except OverflowError:  # an int beyond a double: not a finite fp32 either
+        c = math.inf
     if c == 0:
         return 0.0
     try:  # what the library receives: c rounded to fp32
@@ -306,14 +311,14 @@ def _normalize_group(group, tp_size=None):
                 raise ValueError("group=None needs tp_size or an initialized torch.distributed")
             tp_size = dist.get_world_size()
         return tuple(range(tp_size))
-    if isinstance(group, int):
+    if isinstance(group, numbers.Integral):  # one rank: an int, or numpy's
         group = (group,)
     try:
         g = tuple(_int_arg("group rank", r) for r in group)
-    except TypeError:
+    except TypeError as e:
         raise TypeError(
             "group must be a torch.distributed ProcessGroup, a tuple of global ranks or an int, "
-            f"got {type(group).__name__}"
+            f"got {type(group).__name__} {group!r:.80} ({e})"
         ) from None
     if len(g) == 0:
         raise ValueError("group must not be empty")

@@ -735,6 +735,23 @@ def test_try_create_dist_argmax_state_is_create():
         dpsampling.try_create_dist_argmax_state((0,), 0, 0, "bf16")
 
 
+def test_messages_name_the_value():
+    """A refused argument's message names its value, not only its type;
+    numpy's ints count as ints everywhere, a group of one included."""
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match="max_pad_bs must be an int, got float 8.0"):
+        dpsampling._int_arg("max_pad_bs", 8.0)
+    with pytest.raises(TypeError, match=r"got list \[True\] \(group rank must be an int, got "
+                                        r"bool True\)"):
+        dpsampling._normalize_group([True])
+    assert dpsampling._normalize_group(np.int64(3)) == (3,)
+    assert dpsampling._normalize_group([np.int32(0), 1]) == (0, 1)
+    with pytest.raises(ValueError, match="softcap=.* must be None or 0 \\(off\\), or a positive"):
+        dpsampling._softcap_arg(10**400)  # was OverflowError
+    with pytest.raises(TypeError, match=r"temperature must be a real number .* got complex 1j"):
+        dpsampling._float_param("temperature", 1j, None)
+
+
 def test_free_swap_checks_the_tensor_before_any_communicator():
     """The free swap refuses a tensor of the wrong shape or off the GPU
     with ValueError naming it, before a communicator is made or replaced
