@@ -33,15 +33,20 @@ dpsResult_t dpsOnesidedAvailableOnDevices(const int* devs, int count, int* avail
                        "dpsOnesidedAvailableOnDevices: cuda_devices=%p count=%d (need >= 1 device)",
                        (const void*)devs, count);
   int n = 0;
+  const cudaError_t before = cudaPeekAtLastError();
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError(); /* no driver / no GPU: not available, not an error */
+    /* no driver / no GPU: not available, not an error; forget our error
+     * only, never one the caller had pending */
+    if (before == cudaSuccess) (void)cudaGetLastError();
     *available = 0;
     return dpsSuccess;
   }
   for (int i = 0; i < count; ++i)
     if (devs[i] < 0 || devs[i] >= n)
-      return dpsSetError(dpsInvalidArgument, "cuda_devices[%d]=%d is not one of the %d devices", i,
-                         devs[i], n);
+      return dpsSetError(dpsInvalidArgument,
+                         "dpsOnesidedAvailableOnDevices: cuda_devices[%d]=%d is not one of the %d "
+                         "devices",
+                         i, devs[i], n);
   /* with either at 0, ncclMemAlloc memory cannot be mapped by peers (or NCCL
    * registers no windows): creation would refuse onesided */
   int ok = !dpsEnvIsZero("NCCL_CUMEM_ENABLE") && !dpsEnvIsZero("NCCL_WIN_ENABLE");
