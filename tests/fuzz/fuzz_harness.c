@@ -169,6 +169,8 @@ void configReasons(const dpsConfig_t* c, Reasons* rs) {
   if (c->cuda_device < -1) addReason(rs, IA, "cuda_device=%d", c->cuda_device);
   if (c->timeout_ms < 0 || c->timeout_ms > 86400000) /* one day, as DPSAMPLING_TIMEOUT_MS */
     addReason(rs, IA, "timeout_ms=%d", c->timeout_ms);
+  if ((int64_t)c->max_pad_bs * c->num_tokens_per_req > INT32_MAX) /* 32-bit row indices */
+    addReason(rs, IA, "max_pad_bs=%d", c->max_pad_bs);
   if (c->max_pad_bs >= 1 && c->num_tokens_per_req >= 1 && c->vocab_size >= 1) {
     /* Largest buffer: [max_pad_bs*N, V] at 8 bytes must fit in a signed 64-bit count. */
     unsigned __int128 bytes = (unsigned __int128)(uint64_t)c->max_pad_bs *
