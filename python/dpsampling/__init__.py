@@ -859,9 +859,10 @@ def swap_batch_vocab(
     if vocab_size % tp_size != 0:
         raise ValueError(f"vocab_size={vocab_size} must be divisible by tp_size={tp_size}")
     want = (pad_bs * num_tokens_per_req, vocab_size // tp_size)
-    if tuple(getattr(local_logits, "shape", ())) != want:
+    shape = tuple(getattr(local_logits, "shape", ()))
+    if shape != want:
         raise ValueError(
-            f"local_logits shape {tuple(local_logits.shape)} != expected [pad_bs*N, V/tp] = "
+            f"local_logits shape {shape} != expected [pad_bs*N, V/tp] = "
             f"{list(want)} (pad_bs={pad_bs}, N={num_tokens_per_req}, V/tp={want[1]})"
         )
     if local_logits.device.type != "cuda":
