@@ -255,11 +255,12 @@ DPS_API dpsResult_t dpsCommGetInfo(dpsComm_t comm, dpsCommInfo_t* info);
 DPS_API dpsResult_t dpsCommGetAsyncError(dpsComm_t comm, dpsResult_t* async_error);
 
 /* Whether the next operation call on this communicator may block the host
- * thread: 1 while it is not prepared (the call may allocate, collectively)
- * or on the nccl backend (NCCL may connect lazily), 0 for a prepared
- * onesided communicator, and for a prepared one of tp_size 1 without
- * installed collectives (nothing to exchange). A binding holding a lock such as Python's GIL can
- * keep it across a call that cannot block. Valid until the next call. */
+ * thread: 1 on the nccl backend (NCCL may connect lazily), 0 on onesided
+ * and at tp_size 1 without installed collectives (nothing to exchange).
+ * Besides: a dpsSwapBatchVocab while dpsCommGetInfo's `initialized` is 0
+ * fixes the dtype, which allocates collectively, and always may block (as
+ * dpsCommPrepare). A binding holding a lock such as Python's GIL can keep it
+ * across a call that cannot block. Valid until the next call. */
 DPS_API dpsResult_t dpsCommOpMayBlock(dpsComm_t comm, int* may_block);
 
 /* ------------------------------------------------------------------------- */

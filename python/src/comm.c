@@ -170,8 +170,8 @@ static int comm_enter(CommObject* self, const char* op, Handle** hp) {
 /* Releases the GIL for an operation call that may block on the host (else
  * returns NULL), since another rank's thread of this process may need the
  * GIL to reach the same collective. The library says which calls may
- * (dpsCommOpMayBlock: e.g. the first swap prepares, which is collective, and
- * NCCL's enqueue may set up connections with the peers). A call that only
+ * (dpsCommOpMayBlock: NCCL's enqueue may set up connections with the
+ * peers), and a swap that fixes the dtype does (swap_body). A call that only
  * launches a kernel keeps the GIL: that avoids handing it to another thread
  * for a call of a few microseconds, since getting it back can take the
  * interpreter's switch interval (5 ms by default). */

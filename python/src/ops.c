@@ -179,6 +179,9 @@ static PyObject* swap_body(CommObject* self, Handle* h, PyObject* const* a) {
   if (logits_arg(self, a[0], &c.dt, &c.a) != 0) return NULL;
   long dflt = (c.a.shape[0] % self->n == 0) ? (long)(c.a.shape[0] / self->n) : -1;
   if (pad_bs_arg(a[1] != NULL ? a[1] : Py_None, dflt, &c.pad_bs) != 0) return NULL;
+  /* a swap with the dtype unset fixes it: collective and allocating, so it
+   * may block whatever the backend (dpsCommOpMayBlock leaves it to us) */
+  if (!self->info.initialized) self->may_block = 1;
   if (op_launch(self, h, swap_call, &c) != 0) return NULL;
   return buffer_view(&self->views[V_SWAP], h, self->device, c.out, c.pad_bs, c.dt,
                      (int64_t)(c.pad_bs / self->tp) * self->n, self->vocab);

@@ -794,17 +794,22 @@ static dpsResult_t neverA2aMb(void* ctx, const void* s, void* r, size_t b, cudaS
   return dpsInternalError;
 }
 
-/* dpsCommOpMayBlock: unprepared or nccl -> may block; prepared onesided, or
- * prepared at tp == 1 without installed collectives -> not. */
+/* dpsCommOpMayBlock: nccl -> may block; onesided, or tp == 1 without
+ * installed collectives -> not, prepared or not (only a swap that fixes the
+ * dtype allocates, and the header leaves that to the caller: `initialized`). */
 static int testOpMayBlock(void) {
   memset(&rec, 0, sizeof rec);
   dpsConfig_t cfg = config(dpsDtypeUnset);
   dpsComm_t comm;
+  dpsCommInfo_t info;
   int mb = -1;
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendOnesided, &kFake));
   FX_CHECK_ERR(dpsCommOpMayBlock(comm, NULL), dpsInvalidArgument, "may_block");
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
-  FX_CHECK(mb == 1, "unprepared onesided: may_block=%d, want 1", mb);
+  FX_CHECK(mb == 0, "unprepared onesided: may_block=%d, want 0 (argmax and the others)", mb);
+  FX_CHECK_OK(dpsCommGetInfo(comm, &info));
+  FX_CHECK(info.initialized == 0, "unprepared onesided: initialized=%d (a swap prepares)",
+           info.initialized);
   FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
   FX_CHECK(mb == 0, "prepared onesided: may_block=%d, want 0", mb);
@@ -815,14 +820,14 @@ static int testOpMayBlock(void) {
   FX_CHECK(mb == 1, "prepared nccl: may_block=%d, want 1", mb);
   FX_CHECK_OK(dpsCommDestroy(comm));
   /* tp == 1: nothing to exchange, so no NCCL call, unless collectives are
-   * installed (they may do anything); unprepared still may block */
+   * installed (they may do anything) */
   cfg = config(dpsDtypeUnset);
   cfg.tp_size = 1;
   cfg.rank = 0;
   cfg.vocab_size = 100;
   FX_CHECK_OK(dpsTestCommCreateHost(&comm, &cfg, dpsBackendNccl, &kFake));
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
-  FX_CHECK(mb == 1, "unprepared nccl tp=1: may_block=%d, want 1", mb);
+  FX_CHECK(mb == 0, "unprepared nccl tp=1: may_block=%d, want 0", mb);
   FX_CHECK_OK(dpsCommPrepare(comm, dpsBfloat16));
   FX_CHECK_OK(dpsCommOpMayBlock(comm, &mb));
   FX_CHECK(mb == 0, "prepared nccl tp=1: may_block=%d, want 0", mb);
