@@ -905,7 +905,7 @@ class DistArgmaxState:
     one); the caller's current device is left as it was. Needs no NVLink
     multicast and runs at any tp up to SHARD_MAX_RANKS (8), tp=1 included.
     The communicator leaves its logits dtype unset (argmax does not fix
-    it), so it holds no swap buffers: only the records of max_M rows."""
+    it), so it holds no swap buffers, only small ones (records, scratch)."""
 
     def __init__(self, group, rank_in_group, max_M, dtype, device=None):
         self.group, self._group_arg = _group_args(group)
@@ -924,6 +924,8 @@ class DistArgmaxState:
                 f"group={self.group} has {len(self.group)} ranks; distributed_argmax supports at "
                 f"most {SHARD_MAX_RANKS}"
             )
+        if dtype is None:  # as create_dist_argmax_state: upstream's default
+            dtype = _torch().bfloat16
         self._dtype_code = _C.dtype_code(dtype, "dtype", False)  # TypeError
         self._dtype_seen = None  # the last logits dtype found to be `dtype`
         self.dtype = dtype
@@ -946,6 +948,9 @@ class DistArgmaxState:
                     f"dtype {self.dtype}"
                 )
             self._dtype_seen = logits.dtype
+        device = getattr(logits, "device", None)
+        if getattr(device, "type", None) != "cuda":
+            raise ValueError(f"logits must be on a CUDA device, got {device}")
 
     def _comm_for(self, logits):
         if self.comm is None:
@@ -1013,12 +1018,15 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     an output not given is a new tensor (torch.empty on the logits' device,
     as upstream), which the caller may keep across calls. M = 0 (an idle
     step of the engine, on every rank of the group alike) returns empty
-    outputs with no kernel and no exchange."""
+    outputs with no kernel and no exchange (the first such call outside
+    capture still creates the communicator, as a call with rows would)."""
     state._check_logits(logits)
     empty = logits.shape[0] == 0
+    torch = _torch()
+    if empty and state.comm is None and not torch.cuda.is_current_stream_capturing():
+        state._comm_for(logits)  # every rank is here too: create now, not in a later capture
     comm = None if empty else state._comm_for(logits)
     if out_max is None or out_idx is None:
-        torch = _torch()
         rows = logits.shape[0]
         if out_max is None:
             out_max = torch.empty((rows,), dtype=logits.dtype, device=logits.device)

@@ -693,6 +693,8 @@ def test_dist_argmax_checks_before_any_communicator():
     for at creation (it was taken, then refused at every call); the first
     call refuses what is not a 2-D tensor of the state's dtype before it
     creates a communicator from the shape."""
+    import types
+
     np = pytest.importorskip("numpy")
     with pytest.raises(TypeError, match="dtype='int8' is not a supported logits dtype"):
         dpsampling.DistArgmaxState((0,), 0, 8, "int8")
@@ -704,6 +706,10 @@ def test_dist_argmax_checks_before_any_communicator():
         dpsampling.distributed_argmax(st, np.zeros(16))
     with pytest.raises(TypeError, match="logits.dtype="):
         dpsampling.distributed_argmax(st, np.zeros((2, 16), dtype=np.float32))
+    host = types.SimpleNamespace(ndim=2, shape=(2, 16), dtype="bf16",
+                                 device=types.SimpleNamespace(type="cpu"))
+    with pytest.raises(ValueError, match="logits must be on a CUDA device"):
+        dpsampling.distributed_argmax(st, host)
     assert st.comm is None
 
 

@@ -139,6 +139,7 @@ def _check_drop_in(st, V, M, seeds=(1, 2)):
                                                               device="cuda:0"))
     assert mx0.shape == (0,) and ix0.shape == (0,) and ix0.dtype == torch.int64
     assert mx0.dtype == torch.bfloat16 and ix0.device == torch.device("cuda:0")
+    assert st.comm is not None  # created by the first call all the same, outside capture
     for seed, m in zip(seeds, (M, 3)):
         x = logit_rows(m, V, torch.bfloat16, seed).to("cuda:0")
         want, ri, _ = argmax_ref(x, V)
