@@ -1021,20 +1021,20 @@ def distributed_argmax(state, logits, *, out_max=None, out_idx=None):
     outputs with no kernel and no exchange (the first such call outside
     capture still creates the communicator, as a call with rows would)."""
     state._check_logits(logits)
-    empty = logits.shape[0] == 0
-    torch = _torch()
-    if empty and state.comm is None and not torch.cuda.is_current_stream_capturing():
-        state._comm_for(logits)  # every rank is here too: create now, not in a later capture
-    comm = None if empty else state._comm_for(logits)
+    rows = logits.shape[0]
+    # an empty call outside capture creates the communicator too (every rank
+    # is here), so that a warm-up of idle steps does not leave it to a capture
+    if rows != 0 or (state.comm is None and not _torch().cuda.is_current_stream_capturing()):
+        state._comm_for(logits)
     if out_max is None or out_idx is None:
-        rows = logits.shape[0]
+        torch = _torch()
         if out_max is None:
             out_max = torch.empty((rows,), dtype=logits.dtype, device=logits.device)
         if out_idx is None:
             out_idx = torch.empty((rows,), dtype=torch.int64, device=logits.device)
-    if empty:
+    if rows == 0:
         return out_max, out_idx
-    return comm.argmax(logits, out_value=out_max, out_index=out_idx)
+    return state.comm.argmax(logits, out_value=out_max, out_index=out_idx)
 
 
 # Skip NCCL/CUDA teardown from finalizers at interpreter exit (peers may be
